@@ -13,7 +13,8 @@ class ProtocolError(Exception):
 class UnsupportedVersionError(ProtocolError):
     """A request names an API key or version this side does not know."""
 
-    def __init__(self, api_key: int, api_version: int) -> None:
+    def __init__(self, api_key: int, api_version: int, header=None) -> None:
         super().__init__(f"unsupported api key {api_key} version {api_version}")
         self.api_key = api_key
         self.api_version = api_version
+        self.header = header  # the parsed RequestHeader, when the error comes from a request
