@@ -22,6 +22,10 @@ Layout (seed 004, "Record Batch"; seed 003, "Record Batch"), big-endian, 61 byte
 The CRC covers attributes onward, so the broker may rewrite base_offset and partition_leader_epoch
 (which is how it assigns offsets) without recomputing it. Legacy message sets (magic 0 and 1) share
 the first 17 bytes' shape: offset int64, size int32, then crc uint32 and magic int8 at byte 16.
+
+Validation here is the broker's hot path: header fields plus one CRC-32C over a memoryview, no
+per-record Python work. `set_max_timestamp` is the one patch that touches CRC-covered bytes
+(LogAppendTime topics), so it recomputes the CRC.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ _HEADER = struct.Struct(">qiiBIhiqqqhii")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+MAX_TIMESTAMP_OFFSET = 35
 
 
 class BatchHeader:
@@ -116,13 +123,25 @@ class BatchHeader:
     def is_valid(self) -> bool:
         return self.compute_crc() == self.crc
 
+    def ensure_valid(self) -> None:
+        """Raise ProtocolError unless the stored CRC matches the batch's bytes."""
+        computed = self.compute_crc()
+        if computed != self.crc:
+            raise ProtocolError(
+                f"record batch at offset {self.base_offset} is corrupt: stored crc {self.crc:#010x}, "
+                f"computed {computed:#010x}")
+
 
 def peek_offset_and_length(buf, pos: int = 0) -> tuple[int, int]:
     """The first 12 bytes of any batch or legacy message: (offset, length after these 12 bytes)."""
+    if len(buf) - pos < LOG_OVERHEAD or pos < 0:
+        raise ProtocolError("record set entry shorter than its 12-byte offset and length")
     return _OFFSET_AND_LENGTH.unpack_from(buf, pos)
 
 
 def peek_magic(buf, pos: int = 0) -> int:
+    if len(buf) - pos <= MAGIC_OFFSET or pos < 0:
+        raise ProtocolError("record set entry too short to hold its magic byte")
     return buf[pos + MAGIC_OFFSET]
 
 
@@ -135,12 +154,36 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int
     _I32.pack_into(buf, pos + 12, epoch)
 
 
-def iter_headers(buf, pos: int = 0, end: int | None = None):
-    """Yield a header per whole v2 batch in buf[pos:end]; raise ProtocolError on a bad one."""
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_type: int,
+                      max_timestamp: int) -> None:
+    """Set the timestamp type bit and max_timestamp (LogAppendTime), then rewrite the CRC."""
+    header = BatchHeader(buf, pos)
+    attributes = (header.attributes & ~TIMESTAMP_TYPE_MASK) | (TIMESTAMP_TYPE_MASK if timestamp_type else 0)
+    _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    _U32.pack_into(buf, pos + CRC_OFFSET, header.compute_crc())
+
+
+def iter_headers(buf, pos: int = 0, end: int | None = None, *, allow_partial_tail: bool = False):
+    """Yield a header per whole v2 batch in buf[pos:end]; raise ProtocolError on a bad one.
+
+    With allow_partial_tail (Fetch responses may end in a partial batch, seed 004 "Fetch API") a
+    truncated last batch ends the iteration instead of raising.
+    """
     end = len(buf) if end is None else end
     while pos < end:
+        if allow_partial_tail and is_partial_tail(buf, pos, end):
+            return
         h = BatchHeader(buf, pos)
         if pos + h.size > end:
             raise ProtocolError("record batch runs past the end of the record set")
         yield h
         pos += h.size
+
+
+def is_partial_tail(buf, pos: int, end: int) -> bool:
+    """True when buf[pos:end] is too short for the entry its first 12 bytes announce."""
+    if end - pos < LOG_OVERHEAD:
+        return True
+    length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)[1]
+    return length >= 0 and end - pos - LOG_OVERHEAD < length

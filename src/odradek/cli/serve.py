@@ -1,0 +1,70 @@
+"""`odradek serve`: run one broker (as Kafka's kafka-server-start.sh: a properties file and
+`--override KEY=VALUE`). With no arguments: one broker on localhost:9092, embedded metadata, data in
+./odradek-data. SIGTERM or SIGINT shuts it down cleanly, writing the clean-shutdown marker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+log = logging.getLogger("odradek.serve")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run a broker", description=__doc__)
+    p.add_argument("--config", metavar="FILE", help="a server.properties file")
+    p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                   help="set a broker config, overriding the file (repeatable)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from odradek.server.config import BrokerConfig, ConfigError
+
+    logging.basicConfig(level=args.log_level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    try:
+        config = BrokerConfig.load(args.config, args.override)
+    except ConfigError as e:
+        print(f"odradek serve: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as e:
+        print(f"odradek serve: {e}", file=sys.stderr)
+        return 2
+    for w in config.warnings:
+        log.warning(w)
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    try:
+        return runner(_serve(config))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(config) -> int:
+    from odradek.server.broker import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await broker.start()
+    except OSError as e:
+        log.error("cannot start: %s", e)
+        await broker.aclose()
+        return 1
+    bound = ", ".join(f"{ep}" for _, ep in broker.listeners)
+    log.info("odradek broker %d started (cluster %s) listening on %s, ports %s",
+             broker.broker_id, broker.cluster_id, bound, broker.bound_ports)
+    await stop.wait()
+    log.info("shutting down")
+    await broker.aclose()
+    log.info("shut down cleanly")
+    return 0

@@ -1,0 +1,93 @@
+"""Zig-zag varints and varlongs as record fields use them, every read bounds-checked.
+
+Encoding (seed 003, "VARINT"/"VARLONG"; Protocol Buffers' zig-zag): a signed value n becomes the
+unsigned u = (n << 1) ^ (n >> 63), written little-endian in 7-bit groups, low group first, the high bit
+of each byte set when more follow. A varint (int32) takes at most 5 bytes, a varlong (int64) at most 10.
+
+Readers take (buf, pos, end) and return (value, new_pos). A value that runs past `end`, needs more than
+the maximum number of bytes, or does not fit its width raises ProtocolError, never IndexError.
+"""
+
+from __future__ import annotations
+
+from odradek.protocol.exceptions import ProtocolError
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+def _read_unsigned(buf, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    limit = pos + max_bytes
+    while True:
+        if pos >= end:
+            raise ProtocolError(f"truncated {what}")
+        if pos >= limit:
+            raise ProtocolError(f"{what} longer than {max_bytes} bytes")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+    """Read a zig-zag varint (int32) from buf[pos:end]."""
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:  # the common one-byte case, without a loop
+            return (b >> 1) ^ -(b & 1), pos + 1
+    u, pos = _read_unsigned(buf, pos, end, 5, "varint")
+    if u > 0xFFFFFFFF:
+        raise ProtocolError("varint does not fit in 32 bits")
+    return (u >> 1) ^ -(u & 1), pos
+
+
+def read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
+    """Read a zig-zag varlong (int64) from buf[pos:end]."""
+    if pos < end:
+        b = buf[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
+    u, pos = _read_unsigned(buf, pos, end, 10, "varlong")
+    if u > 0xFFFFFFFFFFFFFFFF:
+        raise ProtocolError("varlong does not fit in 64 bits")
+    return (u >> 1) ^ -(u & 1), pos
+
+
+def _encode_unsigned(u: int) -> bytes:
+    if u < 0x80:
+        return _ONE_BYTE[u]
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
+
+
+def encode_varint(n: int) -> bytes:
+    if not INT32_MIN <= n <= INT32_MAX:
+        raise ValueError(f"varint out of range: {n}")
+    return _encode_unsigned(((n << 1) ^ (n >> 31)) & 0xFFFFFFFF)
+
+
+def encode_varlong(n: int) -> bytes:
+    if not INT64_MIN <= n <= INT64_MAX:
+        raise ValueError(f"varlong out of range: {n}")
+    return _encode_unsigned(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+def size_of_varint(n: int) -> int:
+    return len(encode_varint(n))
+
+
+def size_of_varlong(n: int) -> int:
+    return len(encode_varlong(n))

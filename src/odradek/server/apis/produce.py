@@ -1,0 +1,90 @@
+"""Produce (key 0): validate each partition's record set and append it to the partition's log
+(seed 003, "The Producer" and "Produce API"; DESIGN, "How data flows": Produce).
+
+acks=0 sends no response (on an error the connection is closed, as Kafka does, so the client notices);
+acks=1 answers once the leader has appended; acks=-1 answers once the high watermark passes the
+appended records or `timeout_ms` expires, and refuses the write when the ISR is smaller than
+`min.insync.replicas`. Errors are per partition; one bad partition loses nothing elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import produce as m
+from odradek.server.log_validator import (
+    CREATE_TIME, LOG_APPEND_TIME, InvalidRecords, TopicRules, validate,
+)
+from odradek.server.network import ConnectionClosing
+from odradek.storage.errors import StorageError
+
+log = logging.getLogger("odradek.produce")
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None) -> m.PartitionProduceResponse:
+    return m.PartitionProduceResponse(index=index, error_code=code, base_offset=-1, log_append_time_ms=-1,
+                                      log_start_offset=-1, error_message=message)
+
+
+def topic_rules(broker, topic: str) -> TopicRules:
+    tc = broker.topic_config(topic)
+    return TopicRules(
+        max_message_bytes=tc.get_value("max.message.bytes"),
+        timestamp_type=LOG_APPEND_TIME if tc.get_value("message.timestamp.type") == "LogAppendTime" else CREATE_TIME,
+        timestamp_before_max_ms=tc.message_timestamp_before_max_ms,
+        timestamp_after_max_ms=tc.message_timestamp_after_max_ms,
+        compacted=tc.compact,
+    )
+
+
+async def handle_produce(ctx, request: m.ProduceRequest) -> m.ProduceResponse | None:
+    broker = ctx.broker
+    now = broker.clock()
+    acks = request.acks
+    any_error = False
+    responses = []
+    for topic in request.topic_data:
+        name = topic.name
+        if ctx.api_version >= 13:
+            info = broker.topic_by_id(topic.topic_id)
+            name = info.name if info is not None else None
+        out = []
+        for pd in topic.partition_data:
+            if acks not in (-1, 0, 1):
+                out.append(_error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS))
+                continue
+            part = broker.partition(name, pd.index) if name is not None else None
+            if part is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID if ctx.api_version >= 13 and name is None \
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                out.append(_error(pd.index, code))
+                continue
+            if not part.is_leader:
+                out.append(_error(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                continue
+            try:
+                rules = topic_rules(broker, name)
+                validated = validate(pd.records, rules, now)
+                if acks == -1 and len(part.isr) < broker.topic_config(name).get_value("min.insync.replicas"):
+                    out.append(_error(pd.index, ErrorCode.NOT_ENOUGH_REPLICAS))
+                    continue
+                result = part.append(validated, now, rules.timestamp_type == LOG_APPEND_TIME)
+            except InvalidRecords as e:
+                out.append(_error(pd.index, e.error, e.message))
+                continue
+            except StorageError as e:
+                log.error("append to %s-%d failed: %s", name, pd.index, e)
+                out.append(_error(pd.index, ErrorCode.KAFKA_STORAGE_ERROR, str(e)))
+                continue
+            broker.purgatory.notify(part.key)
+            out.append(m.PartitionProduceResponse(
+                index=pd.index, error_code=ErrorCode.NONE, base_offset=result.base_offset,
+                log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset))
+        any_error = any_error or any(r.error_code for r in out)
+        responses.append(m.TopicProduceResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=out))
+    if acks == 0:
+        if any_error:
+            raise ConnectionClosing()
+        return None
+    return m.ProduceResponse(responses=responses, throttle_time_ms=0)

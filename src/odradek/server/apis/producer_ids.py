@@ -1,0 +1,25 @@
+"""InitProducerId (key 22) for idempotent producers (seed 003, "Message Delivery Semantics"; KIP-98).
+
+Producer ids come from one counter kept in the metadata store (`/latest_producer_id_block`, as Kafka
+kept blocks of ids on ZooKeeper), so ids stay unique across restarts. Transactional ids need the
+transaction coordinator, which is not built yet: until it is they are refused with a non-retriable
+error, so a transactional producer fails at once instead of retrying forever.
+"""
+
+from __future__ import annotations
+
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import init_producer_id as m
+
+
+async def handle_init_producer_id(ctx, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+    if request.transactional_id is not None:
+        return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                        producer_id=-1, producer_epoch=-1)
+    if request.producer_id >= 0:
+        # A producer bumping its epoch after an error keeps its id (KIP-360).
+        return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                                        producer_id=request.producer_id,
+                                        producer_epoch=(request.producer_epoch + 1) & 0x7FFF)
+    pid = ctx.broker.next_producer_id()
+    return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)

@@ -1,0 +1,73 @@
+"""Request dispatch: one table from API key to handler (STYLE, "One module per API family").
+
+A handler is `async def handle_<api>(ctx, request) -> response | None`; it returns the response
+message (encoded here at the request's version) or None when the API sends no response (Produce with
+acks=0). Partition-level failures are error codes inside the response, never exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from odradek.protocol.api import decode_request, encode_response
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
+from odradek.protocol.headers import API_VERSIONS_KEY, RequestHeader
+from odradek.protocol.messages import api_versions
+from odradek.server.network import Connection, ConnectionClosing
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+log = logging.getLogger("odradek.requests")
+
+
+@dataclass
+class RequestContext:
+    broker: "Broker"
+    connection: Connection
+    header: RequestHeader
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version
+
+
+HandlerFn = Callable[[RequestContext, object], Awaitable[object]]
+
+
+class Dispatcher:
+    def __init__(self, broker: "Broker", handlers: dict[int, HandlerFn]) -> None:
+        self.broker = broker
+        self.handlers = handlers
+
+    async def __call__(self, conn: Connection, frame: bytes) -> list | None:
+        try:
+            header, request = decode_request(frame)
+        except UnsupportedVersionError as e:
+            if e.api_key == API_VERSIONS_KEY and e.header is not None:
+                return self.unsupported_api_versions(e.header)
+            log.info("closing connection from %s: %s", conn.peer[0], e)
+            raise ConnectionClosing() from None
+        except ProtocolError as e:
+            log.info("closing connection from %s: malformed request: %s", conn.peer[0], e)
+            raise ConnectionClosing() from None
+        handler = self.handlers.get(header.api_key)
+        if handler is None:
+            log.info("closing connection from %s: api key %d is not served", conn.peer[0], header.api_key)
+            raise ConnectionClosing()
+        response = await handler(RequestContext(self.broker, conn, header), request)
+        if response is None:
+            return None
+        return encode_response(header.api_key, header.api_version, header.correlation_id, response).chunks()
+
+    def unsupported_api_versions(self, header: RequestHeader) -> list:
+        """KIP-511: a v0 response with UNSUPPORTED_VERSION and the versions we do support."""
+        body = api_versions.ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION,
+            api_keys=[api_versions.ApiVersion(api_key=API_VERSIONS_KEY, min_version=api_versions.MIN_VERSION,
+                                              max_version=api_versions.MAX_VERSION)],
+        )
+        return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body).chunks()

@@ -1,0 +1,49 @@
+"""Waiting rooms for requests that cannot be answered yet (Kafka's purgatory).
+
+A delayed Fetch waits until enough bytes arrive (`min_bytes`) or `max_wait_ms` passes; a delayed
+Produce with acks=all waits until the high watermark passes its last offset or its timeout fires.
+Waiters register on partition keys and are woken by `notify(key)` when that partition's log end
+offset or high watermark moves. Every waiting list is bounded by the connections that feed it: a
+connection handles one request at a time, so there is at most one waiter per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Hashable
+
+
+class Purgatory:
+    def __init__(self) -> None:
+        self._waiters: dict[Hashable, set[asyncio.Future]] = defaultdict(set)
+
+    def notify(self, key: Hashable) -> None:
+        waiters = self._waiters.pop(key, None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(key)
+
+    async def wait_any(self, keys: list[Hashable], timeout_s: float) -> bool:
+        """Wait until one of keys is notified (True) or the timeout passes (False)."""
+        if timeout_s <= 0:
+            return False
+        fut = asyncio.get_running_loop().create_future()
+        for k in keys:
+            self._waiters[k].add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+            return True
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            for k in keys:
+                s = self._waiters.get(k)
+                if s is not None:
+                    s.discard(fut)
+                    if not s:
+                        del self._waiters[k]
+
+    def waiting(self) -> int:
+        return sum(len(s) for s in self._waiters.values())

@@ -1,0 +1,554 @@
+"""Log: the on-disk log of one partition, a directory of segments.
+
+Directory `<log.dir>/<topic>-<partition>/`:
+
+    00000000000000000000.log / .index / .timeindex    segments, see segment.py
+    00000000000001048576.log / ...                    named by base offset
+    leader-epoch-checkpoint                           see epoch_cache.py
+    *.deleted                                         segments waiting for file.delete.delay.ms
+
+Invariants (asserted where they hold):
+- there is always at least one segment; the last one is the active segment, the only one appended to;
+- segments are sorted by base offset and a segment's base offset is at least the previous one's next
+  offset; offsets only grow;
+- first segment base offset <= log_start_offset <= high_watermark <= log_end_offset;
+- recovery_point <= log_end_offset: every segment wholly below it has been fsynced;
+- a read returns whole batches only, from [log_start_offset, min(max_offset, log_end_offset)).
+
+The leader assigns offsets by patching each batch's base_offset and partition_leader_epoch in place
+(neither is covered by the CRC) and appends the buffer with one write; records are never rebuilt.
+Nothing here fsyncs unless `flush.messages` / `flush.ms` say so, or a rolled segment is flushed by the
+periodic task, as Kafka does. Not thread-safe: one caller at a time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import struct
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from crc32c import crc32c
+
+from odradek.protocol.exceptions import ProtocolError
+from odradek.records.header import BatchHeader, iter_headers, set_base_offset, \
+    set_partition_leader_epoch
+from odradek.storage.checkpoints import fsync_dir
+from odradek.storage.config import LogConfig
+from odradek.storage.epoch_cache import LeaderEpochCache
+from odradek.storage.errors import CorruptRecordError, InvalidTopicError, \
+    OffsetOutOfRangeError, RecordListTooLargeError, UnexpectedAppendOffsetError
+from odradek.storage.fileslice import FileSlice
+from odradek.storage.index import NO_TIMESTAMP
+from odradek.storage.recovery import recover_segment
+from odradek.storage.segment import DELETED_SUFFIX, LogSegment
+from odradek.storage.timestamps import Decompress
+
+MAX_LOADED_INACTIVE_SEGMENTS = 8  # inactive segments whose indexes stay in memory, per log
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_ATTRIBUTES = struct.Struct(">h")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_TIMESTAMP_TYPE_LOG_APPEND_TIME = 0x08
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int  # -1 if no batch had a timestamp
+    offset_of_max_timestamp: int
+    log_append_time_ms: int  # -1 unless the batches were stamped with LogAppendTime
+    log_start_offset: int
+    batch_count: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    validate_topic(topic)
+    if partition < 0:
+        raise ValueError(f"partition {partition}")
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int]:
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not partition.isdigit():
+        raise InvalidTopicError(f"{name!r} is not <topic>-<partition>")
+    validate_topic(topic)
+    return topic, int(partition)
+
+
+def validate_topic(topic: str) -> None:
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        raise InvalidTopicError(f"invalid topic name {topic!r}")
+
+
+class Log:
+    def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
+                 decompress: Decompress | None) -> None:
+        self.dir = directory
+        self.topic, self.partition = parse_partition_dir_name(directory.name)
+        self.config = config
+        self.decompress = decompress
+        self._segments = segments
+        self._base_offsets = [s.base_offset for s in segments]
+        self._log_start_offset = 0
+        self._log_end_offset = 0
+        self._recovery_point = 0
+        self._high_watermark = 0
+        self._last_flush_ms = 0
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._loaded_inactive: OrderedDict[int, LogSegment] = OrderedDict()
+        self.leader_epoch_cache = LeaderEpochCache.load(directory)
+
+    # ---- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, now_ms: int, recovery_point: int = 0,
+             log_start_offset: int = 0, high_watermark: int = 0, needs_recovery: bool = False,
+             decompress: Decompress | None = None) -> Log:
+        """Open or create the log in `directory` (named <topic>-<partition>).
+
+        With `needs_recovery` (no clean-shutdown marker) every segment from the one holding
+        `recovery_point` on is re-validated by CRC and cut at the first bad batch."""
+        parse_partition_dir_name(directory.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        bases = _clean_directory(directory)
+        settings = {"index_interval_bytes": config.index_interval_bytes,
+                    "max_index_bytes": config.segment_index_bytes, "now_ms": now_ms}
+        segments = [LogSegment.open(directory, b, **settings) for b in bases]
+        if not segments:
+            segments = [LogSegment.create(directory, max(log_start_offset, 0), **settings)]
+        log = cls(directory, config, segments, decompress)
+        log._load(now_ms, recovery_point, needs_recovery)
+        log._log_end_offset = log.active_segment.next_offset
+        log._log_start_offset = min(max(log_start_offset, segments[0].base_offset),
+                                    log._log_end_offset)
+        log._recovery_point = min(max(recovery_point, 0), log._log_end_offset)
+        log._high_watermark = min(max(high_watermark, log._log_start_offset), log._log_end_offset)
+        log._last_flush_ms = now_ms
+        log.leader_epoch_cache.truncate_from_end(log._log_end_offset)
+        log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
+        return log
+
+    def _load(self, now_ms: int, recovery_point: int, needs_recovery: bool) -> None:
+        first_unflushed = self._segment_index(recovery_point)
+        for i, segment in enumerate(self._segments):
+            if needs_recovery and i >= first_unflushed:
+                cut = recover_segment(segment)
+            elif i >= first_unflushed or not (segment.offset_index.path.exists()
+                                              and segment.time_index.path.exists()):
+                try:
+                    segment.check_indexes()
+                    continue
+                except CorruptRecordError:
+                    cut = recover_segment(segment)
+            else:
+                continue
+            if cut:
+                # Nothing after a torn write can be trusted.
+                for later in self._segments[i + 1:]:
+                    later.delete()
+                del self._segments[i + 1:], self._base_offsets[i + 1:]
+                break
+
+    # ---- state -----------------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset]; return it."""
+        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        return self._high_watermark
+
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment that would hold `offset` (the first one for smaller offsets)."""
+        return max(bisect.bisect_right(self._base_offsets, offset) - 1, 0)
+
+    # ---- appending -------------------------------------------------------------------------------
+
+    def append(self, records, leader_epoch: int, now_ms: int,
+               log_append_time: bool = False) -> LogAppendInfo:
+        """Leader append of validated v2 batches: assign offsets from the log end offset by patching
+        each batch's base_offset and partition_leader_epoch in place, then write them with one call.
+
+        `records` should be writable (bytearray, memoryview of one); read-only bytes are copied once.
+        With `log_append_time`, each batch's max_timestamp becomes now_ms, its timestamp type
+        LogAppendTime, and its CRC is recomputed (the CRC covers those fields)."""
+        buf, headers = self._parse(records)
+        first = next_offset = self._log_end_offset
+        max_ts, offset_of_max = NO_TIMESTAMP, -1
+        for h in headers:
+            set_base_offset(buf, h.pos, next_offset)
+            set_partition_leader_epoch(buf, h.pos, leader_epoch)
+            last = next_offset + h.last_offset_delta
+            timestamp = h.max_timestamp
+            if log_append_time:
+                _stamp_log_append_time(buf, h.pos, h.size, now_ms)
+                timestamp = now_ms
+            if timestamp > max_ts:
+                max_ts, offset_of_max = timestamp, last
+            next_offset = last + 1
+        self._maybe_roll(len(buf), max_ts, first, next_offset - 1, now_ms).append(buf)
+        self._log_end_offset = next_offset
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        self._maybe_flush_messages(now_ms)
+        return LogAppendInfo(first, next_offset - 1, max_ts, offset_of_max,
+                             now_ms if log_append_time else -1, self._log_start_offset,
+                             len(headers), len(buf))
+
+    def append_as_follower(self, records, now_ms: int) -> LogAppendInfo:
+        """Follower append: batches keep the leader's offsets and epochs; CRCs are checked here."""
+        buf, headers = self._parse(records)
+        if headers[0].base_offset < self._log_end_offset:
+            raise UnexpectedAppendOffsetError(headers[0].base_offset, self._log_end_offset)
+        next_offset = self._log_end_offset
+        max_ts, offset_of_max = NO_TIMESTAMP, -1
+        for h in headers:
+            if h.base_offset < next_offset:
+                raise CorruptRecordError(f"batch offset {h.base_offset} below {next_offset}", h.pos)
+            if not h.is_valid():
+                raise CorruptRecordError("batch CRC mismatch", h.pos)
+            if h.max_timestamp > max_ts:
+                max_ts, offset_of_max = h.max_timestamp, h.last_offset
+            next_offset = h.next_offset
+        first, last = headers[0].base_offset, next_offset - 1
+        if last - first > 2**31 - 1:
+            raise CorruptRecordError(f"offsets {first}..{last} cannot share a segment")
+        self._maybe_roll(len(buf), max_ts, first, last, now_ms).append(buf)
+        self._log_end_offset = next_offset
+        for h in headers:
+            if h.partition_leader_epoch >= 0:
+                self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        self._maybe_flush_messages(now_ms)
+        return LogAppendInfo(first, last, max_ts, offset_of_max, -1, self._log_start_offset,
+                             len(headers), len(buf))
+
+    def _parse(self, records) -> tuple[memoryview, list[BatchHeader]]:
+        view = memoryview(records)
+        if view.readonly:
+            view = memoryview(bytearray(view))
+        view = view.cast("B")
+        if len(view) > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"{len(view)} bytes exceed segment.bytes {self.config.segment_bytes}")
+        try:
+            headers = list(iter_headers(view))
+        except ProtocolError as e:
+            raise CorruptRecordError(str(e)) from e
+        if not headers:
+            raise CorruptRecordError("no record batch to append")
+        return view, headers
+
+    def _maybe_roll(self, size: int, max_timestamp: int, first_offset: int, last_offset: int,
+                    now_ms: int) -> LogSegment:
+        segment = self.active_segment
+        if segment.size > self.config.segment_bytes - size \
+                or (segment.size > 0
+                    and self._time_waited_for_roll(segment, now_ms, max_timestamp)
+                    > self.config.segment_ms) \
+                or segment.indexes_full or not segment.can_hold_offset(last_offset):
+            segment = self.roll(now_ms, first_offset)
+        return segment
+
+    @staticmethod
+    def _time_waited_for_roll(segment: LogSegment, now_ms: int, max_timestamp: int) -> int:
+        first = segment.first_batch_timestamp
+        return max_timestamp - first if first >= 0 else now_ms - segment.created_ms
+
+    def roll(self, now_ms: int, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(base_offset, log_end_offset)."""
+        new_base = max(base_offset or 0, self._log_end_offset)
+        active = self.active_segment
+        if active.base_offset == new_base:
+            assert active.size == 0, "a non-empty segment already starts at the log end offset"
+            return active
+        active.mark_inactive()
+        self._touch(active)
+        segment = LogSegment.create(self.dir, new_base,
+                                    index_interval_bytes=self.config.index_interval_bytes,
+                                    max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms)
+        self._segments.append(segment)
+        self._base_offsets.append(new_base)
+        return segment
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> list[FileSlice]:
+        """File slices of whole batches from the one holding start_offset, about max_bytes in all
+        (at least one whole batch when min_one_batch, even a larger one), with no batch whose last
+        offset reaches max_offset (the high watermark for consumers). Empty at the log end."""
+        if not self._log_start_offset <= start_offset <= self._log_end_offset:
+            raise OffsetOutOfRangeError(start_offset, self._log_start_offset,
+                                        self._log_end_offset, "fetch")
+        end_offset = self._log_end_offset if max_offset is None \
+            else min(max_offset, self._log_end_offset)
+        slices: list[FileSlice] = []
+        i = self._segment_index(start_offset)
+        offset, remaining = start_offset, max_bytes
+        while offset < end_offset and i < len(self._segments):
+            segment = self._segments[i]
+            piece = segment.read(offset, remaining, end_offset, min_one_batch and not slices)
+            self._touch(segment)
+            if piece is not None:
+                if piece.length == 0:
+                    break
+                slices.append(piece)
+                remaining -= piece.length
+                if piece.position + piece.length < segment.size or remaining <= 0:
+                    break
+            i += 1
+            if i < len(self._segments):
+                offset = self._segments[i].base_offset
+        return slices
+
+    def read_bytes(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+                   min_one_batch: bool = True) -> bytes:
+        """`read`, copied into memory (for callers that need the bytes, not the fetch path)."""
+        return b"".join(s.read() for s in self.read(start_offset, max_bytes, max_offset,
+                                                    min_one_batch))
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets by timestamp: the first record at or after log_start_offset whose timestamp
+        >= `timestamp` (None if there is none)."""
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset,
+                                                         self.decompress)
+                self._touch(segment)
+                if found is not None:
+                    return TimestampAndOffset(found[0], found[1],
+                                              self.leader_epoch_cache.epoch_for_offset(found[1]))
+        return None
+
+    def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
+        """ListOffsets MAX_TIMESTAMP: the first record with the largest timestamp in the log."""
+        best = max(self._segments, key=lambda s: s.max_timestamp)  # first of equals
+        if best.max_timestamp == NO_TIMESTAMP:
+            return None
+        found = best.find_offset_by_timestamp(best.max_timestamp, self._log_start_offset,
+                                              self.decompress)
+        if found is None:
+            return None
+        return TimestampAndOffset(found[0], found[1],
+                                  self.leader_epoch_cache.epoch_for_offset(found[1]))
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
+        """OffsetForLeaderEpoch: (epoch, end offset), or None when the epoch is unknown."""
+        epoch, offset = self.leader_epoch_cache.end_offset_for(leader_epoch, self._log_end_offset)
+        return None if offset < 0 else (epoch, offset)
+
+    def _touch(self, segment: LogSegment) -> None:
+        """Keep the indexes of the most recently used inactive segments in memory, and no more."""
+        if segment is self._segments[-1]:
+            return
+        self._loaded_inactive[segment.base_offset] = segment
+        self._loaded_inactive.move_to_end(segment.base_offset)
+        while len(self._loaded_inactive) > MAX_LOADED_INACTIVE_SEGMENTS:
+            _, old = self._loaded_inactive.popitem(last=False)
+            if old is not self._segments[-1]:
+                old.unload_indexes()
+
+    # ---- deleting and truncating -----------------------------------------------------------------
+
+    def delete_records_before(self, offset: int, now_ms: int) -> int:
+        """DeleteRecords: move log_start_offset up to `offset` (at most the high watermark) and
+        delete the segments wholly below it; return the new log start offset."""
+        if not 0 <= offset <= self._high_watermark:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, self._high_watermark,
+                                        "DeleteRecords beyond the high watermark")
+        if offset > self._log_start_offset:
+            self._set_log_start_offset(offset)
+            below = bisect.bisect_right(self._base_offsets, offset) - 1
+            self.delete_oldest_segments(below, now_ms)
+        return self._log_start_offset
+
+    def delete_oldest_segments(self, count: int, now_ms: int) -> int:
+        """Delete the `count` oldest segments (never the active one); the log then starts at the
+        first remaining segment at the earliest. Policy (which ones) is the caller's: retention.py."""
+        count = min(count, len(self._segments) - 1)
+        if count <= 0:
+            return 0
+        doomed = self._segments[:count]
+        del self._segments[:count], self._base_offsets[:count]
+        if self._base_offsets[0] > self._log_start_offset:
+            self._set_log_start_offset(self._base_offsets[0])
+        for segment in doomed:
+            self._schedule_delete(segment, now_ms)
+        return count
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        assert offset <= self._log_end_offset
+        self._log_start_offset = offset
+        self._high_watermark = max(self._high_watermark, offset)
+        self.leader_epoch_cache.truncate_from_start(offset)
+
+    def truncate_to(self, offset: int, now_ms: int) -> bool:
+        """Replica truncation: remove every record at or after `offset`; False if none was there."""
+        if offset < 0:
+            raise ValueError(f"truncate to {offset}")
+        if offset >= self._log_end_offset:
+            return False
+        if offset < self._base_offsets[0]:
+            self.truncate_fully_and_start_at(offset, now_ms)
+            return True
+        i = self._segment_index(offset)
+        for segment in self._segments[i + 1:]:
+            self._schedule_delete(segment, now_ms)
+        del self._segments[i + 1:], self._base_offsets[i + 1:]
+        self._loaded_inactive.pop(self._segments[i].base_offset, None)
+        self._segments[i].truncate_to(offset)
+        self._log_end_offset = offset
+        self._log_start_offset = min(self._log_start_offset, offset)
+        self._recovery_point = min(self._recovery_point, offset)
+        self._high_watermark = min(self._high_watermark, offset)
+        self.leader_epoch_cache.truncate_from_end(offset)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """Delete everything; the log restarts empty at `offset` (a follower far behind)."""
+        for segment in self._segments:
+            self._schedule_delete(segment, now_ms)
+        segment = LogSegment.create(self.dir, offset,
+                                    index_interval_bytes=self.config.index_interval_bytes,
+                                    max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms)
+        self._segments, self._base_offsets = [segment], [offset]
+        self._log_start_offset = self._log_end_offset = offset
+        self._recovery_point = self._high_watermark = offset
+        self.leader_epoch_cache.clear()
+
+    def _schedule_delete(self, segment: LogSegment, now_ms: int) -> None:
+        self._loaded_inactive.pop(segment.base_offset, None)
+        segment.rename_to_deleted()
+        if self.config.file_delete_delay_ms == 0:
+            segment.delete()
+        else:
+            self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+
+    @property
+    def next_file_delete_ms(self) -> int | None:
+        return min((t for t, _ in self._pending_deletes), default=None)
+
+    def delete_expired_files(self, now_ms: int) -> int:
+        """Close and remove `.deleted` segments whose file.delete.delay.ms has passed."""
+        due = [s for t, s in self._pending_deletes if t <= now_ms]
+        if due:
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+            for segment in due:
+                segment.delete()
+        return len(due)
+
+    # ---- flushing and closing --------------------------------------------------------------------
+
+    def flush(self, now_ms: int, up_to_offset: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery_point, up_to_offset) and move the
+        recovery point there (default: the log end offset)."""
+        up_to = self._log_end_offset if up_to_offset is None \
+            else min(up_to_offset, self._log_end_offset)
+        if up_to > self._recovery_point:
+            for segment in self._segments[self._segment_index(self._recovery_point):]:
+                if segment.base_offset >= up_to:
+                    break
+                segment.flush()
+            fsync_dir(self.dir)
+            self._recovery_point = up_to
+        self._last_flush_ms = now_ms
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """The periodic flush: everything after flush.ms, else segments rolled since the last one."""
+        if self._log_end_offset > self._recovery_point \
+                and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush(now_ms)
+            return True
+        if self._recovery_point < self.active_segment.base_offset:
+            self.flush(now_ms, self.active_segment.base_offset)
+            return True
+        return False
+
+    def _maybe_flush_messages(self, now_ms: int) -> None:
+        if self._log_end_offset - self._recovery_point >= self.config.flush_messages:
+            self.flush(now_ms)
+
+    def close(self) -> None:
+        """Write the indexes out (trimmed) and close every file; remove pending deletions."""
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._pending_deletes:
+            segment.delete()
+        self._pending_deletes.clear()
+
+    def release(self) -> None:
+        """Close every file without writing anything (the directory is being deleted)."""
+        for segment in self._segments:
+            segment.file.close()
+        for _, segment in self._pending_deletes:
+            segment.file.close()
+        self._pending_deletes.clear()
+
+
+def _stamp_log_append_time(buf: memoryview, pos: int, size: int, now_ms: int) -> None:
+    attributes = _ATTRIBUTES.unpack_from(buf, pos + 21)[0] | _TIMESTAMP_TYPE_LOG_APPEND_TIME
+    _ATTRIBUTES.pack_into(buf, pos + 21, attributes)
+    _I64.pack_into(buf, pos + 35, now_ms)
+    _U32.pack_into(buf, pos + 17, crc32c(buf[pos + 21:pos + size]))
+
+
+def _clean_directory(directory: Path) -> list[int]:
+    """Remove leftovers of a previous run (.deleted, .tmp, orphan indexes); return segment bases."""
+    bases = []
+    names = os.listdir(directory)
+    for name in names:
+        match = _SEGMENT_NAME.match(name)
+        if match:
+            bases.append(int(match.group(1)))
+    logs = {f"{b:020d}" for b in bases}
+    for name in names:
+        path = directory / name
+        if name.endswith((DELETED_SUFFIX, ".tmp")):
+            path.unlink(missing_ok=True)
+        elif name.endswith((".index", ".timeindex")) and name.split(".")[0] not in logs:
+            path.unlink(missing_ok=True)
+    return sorted(bases)

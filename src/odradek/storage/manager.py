@@ -1,0 +1,238 @@
+"""LogManager: every partition log of the broker, across `log.dirs`, and the periodic disk tasks.
+
+Each log dir holds partition directories (`<topic>-<partition>/`, see log.py) and, at its root:
+
+    meta.properties                     broker.id / cluster.id (checkpoints.py)
+    recovery-point-offset-checkpoint    per partition: offsets below this are fsynced
+    replication-offset-checkpoint       per partition: the high watermark
+    log-start-offset-checkpoint         per partition: the log start offset
+    .kafka_cleanshutdown                present only after a clean close
+    <topic>-<partition>.<uuid>-delete/  a deleted partition waiting for file.delete.delay.ms
+
+At start every partition is loaded; in a dir without the clean-shutdown marker each log is recovered
+from its recovery point (CRC re-validation, truncation of torn tails, index rebuild). The marker is
+removed once loading is done and written again by `close`, after every log is flushed and every
+checkpoint written. A new partition goes to the dir holding the fewest partitions.
+
+No threads or timers live here: the server calls `run_periodic(now_ms)` from its own timer and it
+runs whatever is due (retention every log.retention.check.interval.ms, checkpoints at their
+intervals, removal of `.deleted` files) and returns when it next wants to be called. Flushing of
+rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only every
+log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does nothing
+there). Not thread-safe: one caller at a time.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from odradek.storage import retention
+from odradek.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, \
+    RECOVERY_POINT_CHECKPOINT, REPLICATION_CHECKPOINT, MetaProperties, OffsetCheckpointFile, \
+    TopicPartition, fsync_dir, has_clean_shutdown_marker, read_meta_properties, \
+    remove_clean_shutdown_marker, write_clean_shutdown_marker, write_meta_properties
+from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.errors import InconsistentMetaPropertiesError, InvalidTopicError, \
+    StorageError
+from odradek.storage.log import Log, parse_partition_dir_name, partition_dir_name
+from odradek.storage.timestamps import Decompress
+
+DELETE_DIR_SUFFIX = "-delete"
+
+
+class LogManager:
+    def __init__(self, config: LogManagerConfig, *, decompress: Decompress | None = None,
+                 config_for_topic: Callable[[str], LogConfig] | None = None) -> None:
+        self.config = config
+        self.log_dirs = [Path(d) for d in config.log_dirs]
+        self.decompress = decompress
+        self._config_for_topic = config_for_topic or (lambda topic: config.log_defaults)
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._deleting: list[tuple[int, Log, Path]] = []
+        self._due: dict[str, int] = {}
+        self._closed = False
+
+    @classmethod
+    def open(cls, config: LogManagerConfig, *, now_ms: int, decompress: Decompress | None = None,
+             config_for_topic: Callable[[str], LogConfig] | None = None) -> LogManager:
+        """Load every partition of every log dir, recovering those not cleanly shut down."""
+        manager = cls(config, decompress=decompress, config_for_topic=config_for_topic)
+        for log_dir in manager.log_dirs:
+            manager._load_dir(log_dir, now_ms)
+        for log_dir in manager.log_dirs:
+            remove_clean_shutdown_marker(log_dir)
+        manager._due = {
+            "retention": now_ms + config.retention_check_interval_ms,
+            "recovery_points": now_ms + config.recovery_point_checkpoint_interval_ms,
+            "log_start_offsets": now_ms + config.log_start_offset_checkpoint_interval_ms,
+            "high_watermarks": now_ms + config.high_watermark_checkpoint_interval_ms,
+        }
+        return manager
+
+    def _load_dir(self, log_dir: Path, now_ms: int) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        clean = has_clean_shutdown_marker(log_dir)
+        recovery_points = OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).read()
+        start_offsets = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).read()
+        high_watermarks = OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).read()
+        for entry in sorted(log_dir.iterdir()):
+            if not entry.is_dir() or entry.name.startswith("."):
+                continue
+            if entry.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            try:
+                tp = parse_partition_dir_name(entry.name)
+            except InvalidTopicError:
+                continue  # -future, -stray and foreign directories are left alone
+            if tp in self._logs:
+                raise StorageError(f"{tp} found in both {self._dir_of[tp]} and {log_dir}")
+            self._logs[tp] = Log.open(
+                entry, self._config_for_topic(tp[0]), now_ms=now_ms,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=start_offsets.get(tp, 0),
+                high_watermark=high_watermarks.get(tp, 0),
+                needs_recovery=not clean, decompress=self.decompress)
+            self._dir_of[tp] = log_dir
+
+    def ensure_meta_properties(self, broker_id: int, cluster_id: str | None = None) -> str | None:
+        """Check meta.properties in every dir against broker_id (and cluster_id when known), write
+        it where missing; return the cluster id found on disk (or the one given)."""
+        found = [m for m in (read_meta_properties(d) for d in self.log_dirs) if m is not None]
+        for meta in found:
+            if meta.broker_id != broker_id:
+                raise InconsistentMetaPropertiesError(
+                    f"broker.id {meta.broker_id} on disk, {broker_id} configured")
+        cluster_ids = {m.cluster_id for m in found if m.cluster_id is not None}
+        if cluster_id is not None:
+            cluster_ids.add(cluster_id)
+        if len(cluster_ids) > 1:
+            raise InconsistentMetaPropertiesError(f"cluster ids {sorted(cluster_ids)} disagree")
+        cluster = next(iter(cluster_ids), None)
+        for log_dir in self.log_dirs:
+            meta = read_meta_properties(log_dir)
+            if meta is None or (meta.cluster_id is None and cluster is not None):
+                write_meta_properties(log_dir, MetaProperties(broker_id, cluster))
+        return cluster
+
+    # ---- partitions ------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> Iterator[tuple[TopicPartition, Log]]:
+        return iter(list(self._logs.items()))
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._dir_of.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, now_ms: int,
+                          config: LogConfig | None = None) -> Log:
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is not None:
+            return log
+        name = partition_dir_name(topic, partition)
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # first of the least loaded
+        log = Log.open(log_dir / name, config or self._config_for_topic(topic), now_ms=now_ms,
+                       decompress=self.decompress)
+        fsync_dir(log_dir)
+        self._logs[tp] = log
+        self._dir_of[tp] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int, now_ms: int) -> bool:
+        """Remove a partition: its directory is renamed `<name>.<uuid>-delete` at once (so a restart
+        never loads it) and removed after file.delete.delay.ms (open file slices stay readable)."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        if log is None:
+            return False
+        log_dir = self._dir_of.pop(tp)
+        doomed = log_dir / f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        log.dir.rename(doomed)
+        fsync_dir(log_dir)
+        self._deleting.append((now_ms + log.config.file_delete_delay_ms, log, doomed))
+        if log.config.file_delete_delay_ms == 0:
+            self._remove_deleted_dirs(now_ms)
+        return True
+
+    def _remove_deleted_dirs(self, now_ms: int) -> None:
+        keep = []
+        for due, log, path in self._deleting:
+            if due <= now_ms:
+                log.release()
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                keep.append((due, log, path))
+        self._deleting = keep
+
+    # ---- periodic tasks --------------------------------------------------------------------------
+
+    def run_periodic(self, now_ms: int) -> int:
+        """Run the disk tasks that are due; return the time (ms) they next want to run."""
+        self._remove_deleted_dirs(now_ms)
+        for _, log in self.logs():
+            log.delete_expired_files(now_ms)
+            log.maybe_flush(now_ms)
+        c = self.config
+        if now_ms >= self._due["retention"]:
+            self.run_retention(now_ms)
+            self._due["retention"] = now_ms + c.retention_check_interval_ms
+        if now_ms >= self._due["recovery_points"]:
+            self.checkpoint_recovery_points()
+            self._due["recovery_points"] = now_ms + c.recovery_point_checkpoint_interval_ms
+        if now_ms >= self._due["log_start_offsets"]:
+            self.checkpoint_log_start_offsets()
+            self._due["log_start_offsets"] = now_ms + c.log_start_offset_checkpoint_interval_ms
+        if now_ms >= self._due["high_watermarks"]:
+            self.checkpoint_high_watermarks()
+            self._due["high_watermarks"] = now_ms + c.high_watermark_checkpoint_interval_ms
+        pending = [t for t, _, _ in self._deleting]
+        pending += [t for _, log in self.logs() if (t := log.next_file_delete_ms) is not None]
+        return min([*self._due.values(), *pending])
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log now; return how many segments were deleted."""
+        return sum(retention.apply_retention(log, now_ms) for _, log in self.logs())
+
+    def flush_all(self, now_ms: int) -> None:
+        for _, log in self.logs():
+            log.flush(now_ms)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._write_checkpoints(REPLICATION_CHECKPOINT, lambda log: log.high_watermark)
+
+    def _write_checkpoints(self, name: str, value: Callable[[Log], int]) -> None:
+        for log_dir in self.log_dirs:
+            offsets = {tp: value(log) for tp, log in self._logs.items()
+                       if self._dir_of[tp] == log_dir}
+            OffsetCheckpointFile(log_dir / name).write(offsets)
+
+    def close(self, now_ms: int) -> None:
+        """Clean shutdown: flush and close every log, write every checkpoint, then the markers."""
+        if self._closed:
+            return
+        self._closed = True
+        for _, log in self.logs():
+            log.flush(now_ms)
+            log.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        self._remove_deleted_dirs(2**63 - 1)
+        for log_dir in self.log_dirs:
+            write_clean_shutdown_marker(log_dir)

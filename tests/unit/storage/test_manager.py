@@ -1,0 +1,177 @@
+import os
+
+import pytest
+
+import odradek.storage.log as log_module
+from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.errors import InconsistentMetaPropertiesError, StorageError
+from odradek.storage.manager import LogManager
+from tests.unit.storage.logutil import SMALL, offsets, produce, read_all
+
+HOUR = 3_600_000
+
+
+def manager_config(tmp_path, dirs=1, **log_config) -> LogManagerConfig:
+    return LogManagerConfig(log_dirs=tuple(str(tmp_path / f"d{i}") for i in range(dirs)),
+                            log_defaults=LogConfig(**{**SMALL, **log_config}))
+
+
+def checkpoint(path) -> str:
+    return path.read_text()
+
+
+def test_partitions_spread_over_log_dirs_and_reload(tmp_path):
+    config = manager_config(tmp_path, dirs=2)
+    manager = LogManager.open(config, now_ms=0)
+    for p in range(5):
+        produce(manager.get_or_create_log("events", p, now_ms=0), 3 + p)
+    dirs = [manager.log_dir_of("events", p).name for p in range(5)]
+    assert dirs == ["d0", "d1", "d0", "d1", "d0"]
+    assert (tmp_path / "d1" / "events-1" / "00000000000000000000.log").exists()
+    manager.get_log("events", 4).update_high_watermark(5)
+    manager.close(now_ms=0)
+    assert checkpoint(tmp_path / "d1" / "recovery-point-offset-checkpoint") == \
+        "0\n2\nevents 1 4\nevents 3 6\n"
+    assert checkpoint(tmp_path / "d0" / "replication-offset-checkpoint") == \
+        "0\n3\nevents 0 0\nevents 2 0\nevents 4 5\n"
+    assert checkpoint(tmp_path / "d0" / "log-start-offset-checkpoint") == \
+        "0\n3\nevents 0 0\nevents 2 0\nevents 4 0\n"
+    assert (tmp_path / "d0" / ".kafka_cleanshutdown").exists()
+
+    again = LogManager.open(config, now_ms=0)
+    assert not (tmp_path / "d0" / ".kafka_cleanshutdown").exists()
+    assert sorted(tp for tp, _ in again.logs()) == [("events", p) for p in range(5)]
+    assert again.get_log("events", 4).high_watermark == 5
+    assert [again.get_log("events", p).log_end_offset for p in range(5)] == [3, 4, 5, 6, 7]
+    assert again.log_dir_of("events", 3).name == "d1"
+    again.close(now_ms=0)
+
+
+def test_clean_start_skips_recovery_and_unclean_start_recovers(tmp_path, monkeypatch):
+    calls = []
+    real = log_module.recover_segment
+    monkeypatch.setattr(log_module, "recover_segment", lambda s: calls.append(s) or real(s))
+    config = manager_config(tmp_path)
+    manager = LogManager.open(config, now_ms=0)
+    produce(manager.get_or_create_log("t", 0, now_ms=0), 30, size=150)
+    manager.close(now_ms=0)
+    manager = LogManager.open(config, now_ms=0)
+    assert calls == []
+    log = manager.get_log("t", 0)
+    produce(log, 5, size=150)
+    active = log.active_segment.log_path
+    for _, each in manager.logs():
+        each.release()  # crash: no close, no marker
+    with open(active, "ab") as f:
+        f.write(b"\xff" * 100)
+    manager = LogManager.open(config, now_ms=0)
+    assert calls  # recovered from the checkpointed recovery point
+    log = manager.get_log("t", 0)
+    assert log.log_end_offset == 35
+    assert offsets(read_all(log)) == list(range(35))
+    assert os.path.getsize(active) == log.active_segment.size
+    manager.close(now_ms=0)
+
+
+def test_start_offsets_survive_a_restart(tmp_path):
+    config = manager_config(tmp_path)
+    manager = LogManager.open(config, now_ms=0)
+    log = manager.get_or_create_log("t", 0, now_ms=0)
+    produce(log, 10)
+    log.update_high_watermark(10)
+    log.delete_records_before(4, now_ms=0)
+    manager.close(now_ms=0)
+    again = LogManager.open(config, now_ms=0)
+    log = again.get_log("t", 0)
+    assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (4, 10, 10)
+    assert read_all(log, 4)[0]["base_offset"] == 4
+    again.close(now_ms=0)
+
+
+def test_periodic_retention_and_checkpoints_with_a_fake_clock(tmp_path):
+    config = manager_config(tmp_path, retention_ms=HOUR)
+    now = 0
+    manager = LogManager.open(config, now_ms=now)
+    log = manager.get_or_create_log("t", 0, now_ms=now)
+    produce(log, 60, size=150, ts0=0, step=1_000)
+    log.update_high_watermark(60)
+    next_due = manager.run_periodic(now)
+    assert next_due == config.high_watermark_checkpoint_interval_ms
+    assert len(log.segments) > 2
+    now = 2 * HOUR
+    manager.run_periodic(now)
+    assert len(log.segments) == 1
+    assert log.log_start_offset == log.active_segment.base_offset
+    assert checkpoint(tmp_path / "d0" / "replication-offset-checkpoint") == "0\n1\nt 0 60\n"
+    assert checkpoint(tmp_path / "d0" / "log-start-offset-checkpoint") == \
+        f"0\n1\nt 0 {log.log_start_offset}\n"
+    # rolled segments were flushed by the periodic task, so the recovery point moved
+    assert checkpoint(tmp_path / "d0" / "recovery-point-offset-checkpoint") == \
+        f"0\n1\nt 0 {log.active_segment.base_offset}\n"
+    manager.close(now_ms=now)
+
+
+def test_delete_log_renames_then_removes(tmp_path):
+    config = manager_config(tmp_path, file_delete_delay_ms=60_000)
+    manager = LogManager.open(config, now_ms=0)
+    log = manager.get_or_create_log("gone", 0, now_ms=0)
+    produce(log, 5)
+    in_flight = log.read(0, 1000)[0]
+    assert manager.delete_log("gone", 0, now_ms=0)
+    assert manager.get_log("gone", 0) is None
+    names = os.listdir(tmp_path / "d0")
+    assert not (tmp_path / "d0" / "gone-0").exists()
+    (doomed,) = [n for n in names if n.endswith("-delete")]
+    assert doomed.startswith("gone-0.")
+    assert in_flight.read()
+    manager.run_periodic(59_999)
+    assert (tmp_path / "d0" / doomed).exists()
+    manager.run_periodic(60_000)
+    assert not (tmp_path / "d0" / doomed).exists()
+    assert not manager.delete_log("gone", 0, now_ms=0)
+    manager.close(now_ms=60_000)
+
+
+def test_leftover_delete_dirs_are_removed_at_start(tmp_path):
+    config = manager_config(tmp_path)
+    (tmp_path / "d0" / "x-0.0123abcd-delete").mkdir(parents=True)
+    (tmp_path / "d0" / "x-0.0123abcd-delete" / "00000000000000000000.log").write_bytes(b"x")
+    (tmp_path / "d0" / "not a partition").mkdir()
+    manager = LogManager.open(config, now_ms=0)
+    assert list(manager.logs()) == []
+    assert not (tmp_path / "d0" / "x-0.0123abcd-delete").exists()
+    manager.close(now_ms=0)
+
+
+def test_duplicate_partition_across_dirs_is_an_error(tmp_path):
+    (tmp_path / "d0" / "t-0").mkdir(parents=True)
+    (tmp_path / "d1" / "t-0").mkdir(parents=True)
+    with pytest.raises(StorageError):
+        LogManager.open(manager_config(tmp_path, dirs=2), now_ms=0)
+
+
+def test_meta_properties_are_written_and_checked(tmp_path):
+    config = manager_config(tmp_path, dirs=2)
+    manager = LogManager.open(config, now_ms=0)
+    assert manager.ensure_meta_properties(1, "clusterA") == "clusterA"
+    assert "broker.id=1" in (tmp_path / "d1" / "meta.properties").read_text()
+    assert manager.ensure_meta_properties(1) == "clusterA"
+    with pytest.raises(InconsistentMetaPropertiesError):
+        manager.ensure_meta_properties(2)
+    with pytest.raises(InconsistentMetaPropertiesError):
+        manager.ensure_meta_properties(1, "clusterB")
+
+
+def test_topic_configs_come_from_the_callback(tmp_path):
+    config = manager_config(tmp_path)
+    big = LogConfig(segment_bytes=10**6)
+    manager = LogManager.open(config, now_ms=0,
+                              config_for_topic=lambda t: big if t == "big" else SMALL_CONFIG)
+    produce(manager.get_or_create_log("big", 0, now_ms=0), 50, size=150)
+    produce(manager.get_or_create_log("small", 0, now_ms=0), 50, size=150)
+    assert len(manager.get_log("big", 0).segments) == 1
+    assert len(manager.get_log("small", 0).segments) > 1
+    manager.close(now_ms=0)
+
+
+SMALL_CONFIG = LogConfig(**SMALL)
