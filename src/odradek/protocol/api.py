@@ -67,8 +67,9 @@ def decode_request(frame) -> tuple[RequestHeader, object]:
     flexible = is_flexible(module, api_version)
     header, pos = _guard(decode_request_header, data, request_header_version(api_key, api_version, flexible))
     body, end = _guard(module.REQUEST_DECODERS[api_version], data, pos)
-    if end != len(data):
-        raise ProtocolError(f"{len(data) - end} bytes left over after {module.NAME} v{api_version} request")
+    # Bytes after the body are ignored, as Apache Kafka ignores them: librdkafka 2.16's Metadata v13
+    # request carries three (COMPAT-NOTES). The count is kept for tests and debugging.
+    header.trailing_bytes = len(data) - end
     return header, body
 
 

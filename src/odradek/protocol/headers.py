@@ -34,6 +34,7 @@ class RequestHeader:
     correlation_id: int
     client_id: str | None = None
     unknown_tagged_fields: list | None = None
+    trailing_bytes: int = 0  # bytes after the body, which Kafka ignores
 
 
 def peek_request(data) -> tuple[int, int, int]:

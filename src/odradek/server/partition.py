@@ -31,7 +31,7 @@ class Partition:
         self.replicas = replicas
         self.isr = isr
         self.broker_id = broker_id
-        self.high_watermark = log.log_end_offset
+        self.high_watermark = log.update_high_watermark(log.log_end_offset)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -65,6 +65,6 @@ class Partition:
         if self.isr == [self.broker_id] or len(self.replicas) <= 1:
             leo = self.log.log_end_offset
             if leo != self.high_watermark:
-                self.high_watermark = leo
+                self.high_watermark = self.log.update_high_watermark(leo)
                 return True
         return False

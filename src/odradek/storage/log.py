@@ -34,22 +34,23 @@ from pathlib import Path
 from crc32c import crc32c
 
 from odradek.protocol.exceptions import ProtocolError
+from odradek.records import codecs
 from odradek.records.header import BatchHeader, iter_headers, set_base_offset, \
     set_partition_leader_epoch
 from odradek.storage.checkpoints import fsync_dir
 from odradek.storage.config import LogConfig
 from odradek.storage.epoch_cache import LeaderEpochCache
-from odradek.storage.errors import CorruptRecordError, InvalidTopicError, \
-    OffsetOutOfRangeError, RecordListTooLargeError, UnexpectedAppendOffsetError
+from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
+    RecordListTooLargeError, UnexpectedAppendOffsetError
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP
+from odradek.storage.names import parse_partition_dir_name
 from odradek.storage.recovery import recover_segment
 from odradek.storage.segment import DELETED_SUFFIX, LogSegment
 from odradek.storage.timestamps import Decompress
 
 MAX_LOADED_INACTIVE_SEGMENTS = 8  # inactive segments whose indexes stay in memory, per log
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
-_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _ATTRIBUTES = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -75,33 +76,13 @@ class TimestampAndOffset:
     leader_epoch: int | None
 
 
-def partition_dir_name(topic: str, partition: int) -> str:
-    validate_topic(topic)
-    if partition < 0:
-        raise ValueError(f"partition {partition}")
-    return f"{topic}-{partition}"
-
-
-def parse_partition_dir_name(name: str) -> tuple[str, int]:
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not partition.isdigit():
-        raise InvalidTopicError(f"{name!r} is not <topic>-<partition>")
-    validate_topic(topic)
-    return topic, int(partition)
-
-
-def validate_topic(topic: str) -> None:
-    if not _TOPIC.match(topic) or topic in (".", ".."):
-        raise InvalidTopicError(f"invalid topic name {topic!r}")
-
-
 class Log:
     def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
                  decompress: Decompress | None) -> None:
         self.dir = directory
         self.topic, self.partition = parse_partition_dir_name(directory.name)
         self.config = config
-        self.decompress = decompress
+        self.decompress = decompress or codecs.decompress
         self._segments = segments
         self._base_offsets = [s.base_offset for s in segments]
         self._log_start_offset = 0
@@ -132,7 +113,7 @@ class Log:
         if not segments:
             segments = [LogSegment.create(directory, max(log_start_offset, 0), **settings)]
         log = cls(directory, config, segments, decompress)
-        log._load(now_ms, recovery_point, needs_recovery)
+        log._load(recovery_point, needs_recovery)
         log._log_end_offset = log.active_segment.next_offset
         log._log_start_offset = min(max(log_start_offset, segments[0].base_offset),
                                     log._log_end_offset)
@@ -143,7 +124,7 @@ class Log:
         log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
         return log
 
-    def _load(self, now_ms: int, recovery_point: int, needs_recovery: bool) -> None:
+    def _load(self, recovery_point: int, needs_recovery: bool) -> None:
         first_unflushed = self._segment_index(recovery_point)
         for i, segment in enumerate(self._segments):
             if needs_recovery and i >= first_unflushed:

@@ -37,7 +37,8 @@ from odradek.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, \
 from odradek.storage.config import LogConfig, LogManagerConfig
 from odradek.storage.errors import InconsistentMetaPropertiesError, InvalidTopicError, \
     StorageError
-from odradek.storage.log import Log, parse_partition_dir_name, partition_dir_name
+from odradek.storage.log import Log
+from odradek.storage.names import parse_partition_dir_name, partition_dir_name
 from odradek.storage.timestamps import Decompress
 
 DELETE_DIR_SUFFIX = "-delete"

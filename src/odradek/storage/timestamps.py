@@ -7,9 +7,10 @@ records are read. After the 61-byte header (see `odradek.records.header`) each r
     headers...        (varints zigzag-encoded; a record's timestamp = base_timestamp + delta)
 
 Only the first three fields are decoded. With LogAppendTime every record's timestamp is the batch's
-max_timestamp. A compressed batch needs `decompress(codec, data) -> bytes` (the records layer's
-codecs); without it the answer is the batch's first offset at or after `min_offset`, which is never
-later than the exact answer, so a consumer starting there misses nothing.
+max_timestamp. A compressed batch is decompressed with `decompress(codec, data) -> bytes`
+(`odradek.records.codecs.decompress` by default in Log, size-capped); without one, or if the data does
+not decompress, the answer is the batch's first offset at or after `min_offset`, which is never later
+than the exact answer, so a consumer starting there misses nothing.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ def offset_for_timestamp(batch: bytes, target_timestamp: int, min_offset: int,
         return h.max_timestamp, max(h.base_offset, min_offset)
     records: bytes | memoryview = memoryview(batch)[HEADER_SIZE:h.size]
     if h.compression:
-        if decompress is None:
+        try:
+            if decompress is None:
+                raise ProtocolError("no decompressor")
+            records = decompress(h.compression, records)
+        except ProtocolError:
             return h.max_timestamp, max(h.base_offset, min_offset)
-        records = decompress(h.compression, bytes(records))
     pos = 0
     for _ in range(h.records_count):
         length, pos = _varint(records, pos)

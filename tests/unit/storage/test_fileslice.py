@@ -1,13 +1,10 @@
 import os
 import socket
-import zlib
 
 import pytest
 
 from odradek.storage.errors import StorageError
 from odradek.storage.log import MAX_LOADED_INACTIVE_SEGMENTS
-from odradek.storage.timestamps import offset_for_timestamp
-from tests.unit.storage.batches import batch
 from tests.unit.storage.logutil import open_log, produce
 
 
@@ -47,14 +44,3 @@ def test_inactive_segment_indexes_are_unloaded_beyond_the_bound(tmp_path):
     loaded = [s for s in log.segments[:-1] if s.offset_index.loaded]
     assert len(loaded) <= MAX_LOADED_INACTIVE_SEGMENTS
     assert log.read_bytes(0, 100)  # unloaded indexes come back when needed
-
-
-def test_timestamp_search_in_compressed_batches_uses_the_decompressor():
-    # codec 1 (gzip) bits; the stand-in codec is zlib, the storage layer only calls the hook
-    raw = batch([b"a", b"b", b"c"], base_timestamp=1_000, timestamp_deltas=[0, 5, 9],
-                attributes=1, compress=zlib.compress)
-    exact = offset_for_timestamp(raw, 1_004, 0, lambda codec, data: zlib.decompress(data))
-    assert exact == (1_005, 1)
-    # without a decompressor: the batch start, never later than the exact answer
-    assert offset_for_timestamp(raw, 1_004, 0) == (1_009, 0)
-    assert offset_for_timestamp(raw, 1_010, 0) is None

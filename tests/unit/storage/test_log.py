@@ -5,7 +5,8 @@ import pytest
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
     RecordListTooLargeError, UnexpectedAppendOffsetError
-from odradek.storage.log import Log, parse_partition_dir_name
+from odradek.storage.log import Log
+from odradek.storage.names import parse_partition_dir_name
 from tests.unit.storage.batches import batch, split
 from tests.unit.storage.logutil import SMALL, offsets, open_log, produce, read_all
 
