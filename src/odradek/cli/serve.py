@@ -18,6 +18,9 @@ def add_parser(sub) -> None:
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                    help="set a broker config, overriding the file (repeatable)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--event-loop", default="asyncio", choices=["asyncio", "uvloop"],
+                   help="asyncio (default: sends fetched records with sendfile) or uvloop (reads "
+                        "them with pread)")
     p.set_defaults(run=run)
 
 
@@ -35,11 +38,13 @@ def run(args) -> int:
         return 2
     for w in config.warnings:
         log.warning(w)
-    try:
-        import uvloop
-        runner = uvloop.run
-    except ImportError:
-        runner = asyncio.run
+    runner = asyncio.run
+    if args.event_loop == "uvloop":
+        try:
+            import uvloop
+            runner = uvloop.run
+        except ImportError:
+            log.warning("uvloop is not installed; using asyncio's event loop")
     try:
         return runner(_serve(config))
     except KeyboardInterrupt:

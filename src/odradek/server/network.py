@@ -19,6 +19,7 @@ import time
 from typing import Awaitable, Callable
 
 from odradek.protocol.framing import FrameDecoder, FrameTooLarge, frame
+from odradek.server.record_slices import native_sendfile
 
 log = logging.getLogger("odradek.network")
 
@@ -114,7 +115,7 @@ class Connection(asyncio.Protocol):
             if isinstance(c, (bytes, bytearray, memoryview)):
                 t.write(c)
             else:
-                c.write_to(t)
+                await c.send(t, self.listener.loop, self.listener.use_sendfile)
         if not self.drained.is_set():
             await self.drained.wait()
 
@@ -144,6 +145,8 @@ class Listener:
         self.connections: set[Connection] = set()
         self.per_ip: collections.Counter = collections.Counter()
         self.server: asyncio.base_events.Server | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.use_sendfile = False
         self._reaper: asyncio.Task | None = None
 
     def admit(self, conn: Connection) -> bool:
@@ -169,6 +172,8 @@ class Listener:
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
+        self.loop = loop
+        self.use_sendfile = native_sendfile(loop)
         self.server = await loop.create_server(lambda: Connection(self), host or None, port,
                                                reuse_address=True, backlog=1024)
         self._reaper = loop.create_task(self._reap_idle())
