@@ -57,6 +57,7 @@ class Broker:
         self.topics: TopicStore | None = None
         self.cluster_id: str | None = None
         self._topic_configs: dict[str, TopicConfig] = {}
+        self._topic_ids: dict = {}
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -146,10 +147,20 @@ class Broker:
         return LogConfig().from_properties(props)
 
     def topic_by_id(self, topic_id) -> TopicInfo | None:
-        for name in self.topics.names():
-            info = self.topics.get(name)
-            if info is not None and info.topic_id == topic_id:
-                return info
+        """Topic ids resolve through a cache rebuilt from the store whenever it misses or is stale,
+        so creations and deletions need no hook here."""
+        for attempt in range(2):
+            name = self._topic_ids.get(topic_id)
+            if name is not None:
+                info = self.topics.get(name)
+                if info is not None and info.topic_id == topic_id:
+                    return info
+            if attempt == 0:
+                self._topic_ids = {}
+                for n in self.topics.names():
+                    i = self.topics.get(n)
+                    if i is not None:
+                        self._topic_ids[i.topic_id] = n
         return None
 
     def live_broker_ids(self) -> set[int]:
