@@ -50,25 +50,23 @@ class FetchSession:
             grouped.setdefault((topic, topic_id), []).append(fp)
         return [(t, tid, fps) for (t, tid), fps in grouped.items()]
 
-    def filter_response(self, responses):
+    def filter_response(self, responses, version: int):
+        """Keep what an incremental response must carry (all of it for the session's first one)."""
         full = self.full_next
         self.full_next = False
-        by_key = {}
-        for e in self.partitions.values():
-            by_key[(e[0], e[2].partition)] = e
         out = []
         for topic_resp in responses:
+            ident = topic_resp.topic_id if version >= 13 else topic_resp.topic
             keep = []
             for pd in topic_resp.partitions:
-                e = by_key.get((topic_resp.topic or None, pd.partition_index)) or by_key.get(
-                    (topic_resp.topic, pd.partition_index))
+                entry = self.partitions.get((ident, pd.partition_index))
                 state = (pd.high_watermark, pd.last_stable_offset, pd.log_start_offset)
-                has_records = pd.records is not None and (getattr(pd.records, "size", None) or len(pd.records))
-                changed = e is None or e[3] != state
-                if full or has_records or pd.error_code or changed:
+                records = pd.records
+                has_records = records is not None and (records.size if hasattr(records, "size") else len(records))
+                if full or has_records or pd.error_code or entry is None or entry[3] != state:
                     keep.append(pd)
-                if e is not None:
-                    e[3] = state
+                if entry is not None:
+                    entry[3] = state
             if keep:
                 topic_resp.partitions = keep
                 out.append(topic_resp)

@@ -107,7 +107,7 @@ async def handle_fetch(ctx, request: m.FetchRequest) -> m.FetchResponse:
                 broker, wanted, version=v, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id)
             break
     if session is not None:
-        responses = session.filter_response(responses)
+        responses = session.filter_response(responses, v)
     return m.FetchResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
                            session_id=session.id if session is not None else 0, responses=responses)
 
