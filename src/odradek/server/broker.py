@@ -68,6 +68,7 @@ class Broker:
         self.store = EmbeddedStore(os.path.join(dirs[0], METADATA_FILE))
         self.topics = TopicStore(self.store)
         self.cluster_id = self._cluster_id()
+        self._load_dynamic_broker_configs()
         self.logs = LogManager.open(self._log_manager_config(), now_ms=now,
                                     config_for_topic=self.log_config_for)
         self.logs.ensure_meta_properties(self.broker_id, self.cluster_id)
@@ -190,6 +191,11 @@ class Broker:
             return None, ErrorCode.INVALID_TOPIC_EXCEPTION, reason
         if self.topics.get(name) is not None:
             return None, ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+        if "." in name or "_" in name:  # '.' and '_' collide in metric names (Kafka's Topic.unifyCollisionChars)
+            unified = name.replace(".", "_")
+            other = next((t for t in self.topics.names() if t.replace(".", "_") == unified), None)
+            if other is not None:
+                return None, ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}"
         if assignment is None:
             if num_partitions == -1:
                 num_partitions = self.config.get("num.partitions")
@@ -231,7 +237,8 @@ class Broker:
             log_ = self.logs.get_or_create_log(info.name, p, now_ms, self.log_config_for(info.name))
             self.partitions[(info.name, p)] = Partition(
                 info.name, p, log_, leader_epoch=st.leader_epoch, replicas=list(st.replicas),
-                isr=list(st.isr), broker_id=self.broker_id)
+                isr=list(st.isr), broker_id=self.broker_id,
+                producer_id_expiration_ms=self.config.get("producer.id.expiration.ms"))
 
     def next_producer_id(self) -> int:
         path = "/latest_producer_id_block"
@@ -246,6 +253,65 @@ class Broker:
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
+
+    # ----------------------------------------------------------------------------- admin changes
+    # Called by apis/admin_*.py after validation; each change is in the store before it takes effect.
+    def delete_topic(self, name: str) -> None:
+        info = self.topics.get(name)
+        now = self.clock()
+        for p in (info.partitions if info is not None else ()):
+            self.partitions.pop((name, p), None)
+            self.logs.delete_log(name, p, now)
+            self.purgatory.notify((name, p))
+        self.topics.delete(name)
+        self._topic_configs.pop(name, None)
+        log.info("deleted topic %s", name)
+
+    def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicInfo:
+        info = self.topics.add_partitions(name, assignment)
+        self._open_partitions(info, self.clock())
+        log.info("topic %s now has %d partition(s)", name, len(info.partitions))
+        return info
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a topic's overrides; produce, fetch and the logs see them at once."""
+        self.topics.set_configs(name, configs)
+        self._topic_configs.pop(name, None)
+        self._reconfigure_logs(name)
+
+    def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
+                                   default: dict[str, str] | None = None) -> None:
+        """Replace a dynamic layer (`/config/brokers/<id>` or `/config/brokers/<default>`).
+        Raises ConfigError, before anything is stored, if the new layer is not allowed."""
+        new = self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
+        for entity, layer in ((str(self.broker_id), per_broker), ("<default>", default)):
+            if layer is not None:
+                path = f"/config/brokers/{entity}"
+                value = {"version": 1, "config": dict(layer)}
+                if self.store.exists(path):
+                    self.store.set(path, value)
+                else:
+                    self.store.create(path, value)
+        self.config = new
+        self._topic_configs.clear()
+        self._reconfigure_logs(None)
+
+    def _load_dynamic_broker_configs(self) -> None:
+        layers = {}
+        for key, entity in (("dynamic_broker", str(self.broker_id)), ("dynamic_default", "<default>")):
+            path = f"/config/brokers/{entity}"
+            if self.store.exists(path):
+                layers[key] = self.store.get(path)[0].get("config", {})
+        if layers:
+            try:
+                self.config = self.config.with_dynamic(**layers)
+            except ConfigError as e:
+                log.error("ignoring the stored dynamic broker configs: %s", e)
+
+    def _reconfigure_logs(self, topic: str | None) -> None:
+        for (t, _), part in self.partitions.items():
+            if topic is None or t == topic:
+                part.log.update_config(self.log_config_for(t))
 
 
 def _new_cluster_id() -> str:

@@ -19,11 +19,13 @@ class AppendResult:
     last_offset: int
     log_append_time: int      # -1 unless the topic uses LogAppendTime
     log_start_offset: int
+    duplicate: bool = False   # an idempotent producer's retry, answered with the original offsets
 
 
 class Partition:
     def __init__(self, topic: str, index: int, log, *, leader_epoch: int, replicas: list[int],
-                 isr: list[int], broker_id: int) -> None:
+                 isr: list[int], broker_id: int,
+                 producer_id_expiration_ms: int | None = None) -> None:
         self.topic = topic
         self.index = index
         self.log = log
@@ -32,6 +34,8 @@ class Partition:
         self.isr = isr
         self.broker_id = broker_id
         self.high_watermark = log.update_high_watermark(log.log_end_offset)
+        if producer_id_expiration_ms is not None:  # producer.id.expiration.ms
+            log.producer_state.producer_id_expiration_ms = producer_id_expiration_ms
 
     @property
     def key(self) -> tuple[str, int]:
@@ -58,7 +62,7 @@ class Partition:
         info = self.log.append(validated.buffer, leader_epoch=self.leader_epoch, now_ms=now_ms)
         self.maybe_advance_high_watermark()
         return AppendResult(info.first_offset, info.last_offset, now_ms if log_append_time else -1,
-                            self.log.log_start_offset)
+                            self.log.log_start_offset, info.duplicate)
 
     def maybe_advance_high_watermark(self) -> bool:
         """With the leader as the only in-sync replica the high watermark is the log end offset."""

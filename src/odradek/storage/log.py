@@ -5,6 +5,7 @@ Directory `<log.dir>/<topic>-<partition>/`:
     00000000000000000000.log / .index / .timeindex    segments, see segment.py
     00000000000001048576.log / ...                    named by base offset
     leader-epoch-checkpoint                           see epoch_cache.py
+    00000000000001048576.snapshot                     producer state, see producer_state.py
     *.deleted                                         segments waiting for file.delete.delay.ms
 
 Invariants (asserted where they hold):
@@ -45,6 +46,7 @@ from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP
 from odradek.storage.names import parse_partition_dir_name
+from odradek.storage.producer_state import ProducerStateManager, load_producer_state
 from odradek.storage.recovery import recover_segment
 from odradek.storage.segment import DELETED_SUFFIX, LogSegment
 from odradek.storage.timestamps import Decompress
@@ -67,6 +69,7 @@ class LogAppendInfo:
     log_start_offset: int
     batch_count: int
     size_bytes: int
+    duplicate: bool = False  # an idempotent producer's retry: nothing was appended
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,7 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._loaded_inactive: OrderedDict[int, LogSegment] = OrderedDict()
         self.leader_epoch_cache = LeaderEpochCache.load(directory)
+        self.producer_state = ProducerStateManager(directory)
 
     # ---- opening ---------------------------------------------------------------------------------
 
@@ -122,6 +126,7 @@ class Log:
         log._last_flush_ms = now_ms
         log.leader_epoch_cache.truncate_from_end(log._log_end_offset)
         log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
+        load_producer_state(log, now_ms, clean_shutdown=not needs_recovery)
         return log
 
     def _load(self, recovery_point: int, needs_recovery: bool) -> None:
@@ -199,6 +204,11 @@ class Log:
         LogAppendTime, and its CRC is recomputed (the CRC covers those fields)."""
         buf, headers = self._parse(records)
         first = next_offset = self._log_end_offset
+        producers = self.producer_state.prepare(
+            headers, first, log_append_time_ms=now_ms if log_append_time else None)
+        if (dup := producers.duplicate) is not None:
+            return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.last_offset,
+                                 -1, self._log_start_offset, 0, 0, duplicate=True)
         max_ts, offset_of_max = NO_TIMESTAMP, -1
         for h in headers:
             set_base_offset(buf, h.pos, next_offset)
@@ -213,6 +223,7 @@ class Log:
             next_offset = last + 1
         self._maybe_roll(len(buf), max_ts, first, next_offset - 1, now_ms).append(buf)
         self._log_end_offset = next_offset
+        self.producer_state.complete(producers, next_offset, now_ms)
         if leader_epoch >= 0:
             self.leader_epoch_cache.assign(leader_epoch, first)
         self._maybe_flush_messages(now_ms)
@@ -238,8 +249,10 @@ class Log:
         first, last = headers[0].base_offset, next_offset - 1
         if last - first > 2**31 - 1:
             raise CorruptRecordError(f"offsets {first}..{last} cannot share a segment")
+        producers = self.producer_state.prepare(headers, validate=False)
         self._maybe_roll(len(buf), max_ts, first, last, now_ms).append(buf)
         self._log_end_offset = next_offset
+        self.producer_state.complete(producers, next_offset, now_ms)
         for h in headers:
             if h.partition_leader_epoch >= 0:
                 self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
@@ -293,6 +306,8 @@ class Log:
                                     max_index_bytes=self.config.segment_index_bytes, now_ms=now_ms)
         self._segments.append(segment)
         self._base_offsets.append(new_base)
+        self.producer_state.update_map_end_offset(new_base)
+        self.producer_state.take_snapshot()
         return segment
 
     # ---- reading ---------------------------------------------------------------------------------
@@ -399,6 +414,7 @@ class Log:
             self._set_log_start_offset(self._base_offsets[0])
         for segment in doomed:
             self._schedule_delete(segment, now_ms)
+        self.producer_state.delete_snapshots_before(self._base_offsets[0])
         return count
 
     def _set_log_start_offset(self, offset: int) -> None:
@@ -406,6 +422,7 @@ class Log:
         self._log_start_offset = offset
         self._high_watermark = max(self._high_watermark, offset)
         self.leader_epoch_cache.truncate_from_start(offset)
+        self.producer_state.on_log_start_offset_incremented(offset)
 
     def truncate_to(self, offset: int, now_ms: int) -> bool:
         """Replica truncation: remove every record at or after `offset`; False if none was there."""
@@ -427,6 +444,7 @@ class Log:
         self._recovery_point = min(self._recovery_point, offset)
         self._high_watermark = min(self._high_watermark, offset)
         self.leader_epoch_cache.truncate_from_end(offset)
+        load_producer_state(self, now_ms)
         return True
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
@@ -440,6 +458,7 @@ class Log:
         self._log_start_offset = self._log_end_offset = offset
         self._recovery_point = self._high_watermark = offset
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully_and_start_at(offset)
 
     def _schedule_delete(self, segment: LogSegment, now_ms: int) -> None:
         self._loaded_inactive.pop(segment.base_offset, None)
@@ -494,7 +513,10 @@ class Log:
             self.flush(now_ms)
 
     def close(self) -> None:
-        """Write the indexes out (trimmed) and close every file; remove pending deletions."""
+        """Write the indexes out (trimmed) and a producer snapshot at the log end offset, close every
+        file; remove pending deletions."""
+        self.producer_state.update_map_end_offset(self._log_end_offset)
+        self.producer_state.take_snapshot(sync=True)
         for segment in self._segments:
             segment.close()
         for _, segment in self._pending_deletes:

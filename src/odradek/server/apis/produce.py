@@ -5,6 +5,11 @@ acks=0 sends no response (on an error the connection is closed, as Kafka does, s
 acks=1 answers once the leader has appended; acks=-1 answers once the high watermark passes the
 appended records or `timeout_ms` expires, and refuses the write when the ISR is smaller than
 `min.insync.replicas`. Errors are per partition; one bad partition loses nothing elsewhere.
+
+Batches of idempotent producers are checked against the partition's producer state
+(`odradek.storage.producer_state`): a resent batch is answered NONE with its original base offset
+and not appended again (as Kafka does; DUPLICATE_SEQUENCE_NUMBER is never sent), sequence gaps get
+OUT_OF_ORDER_SEQUENCE_NUMBER and old epochs INVALID_PRODUCER_EPOCH.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from odradek.server.log_validator import (
 )
 from odradek.server.network import ConnectionClosing
 from odradek.storage.errors import StorageError
+from odradek.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("odradek.produce")
 
@@ -72,6 +78,11 @@ async def handle_produce(ctx, request: m.ProduceRequest) -> m.ProduceResponse | 
                 result = part.append(validated, now, rules.timestamp_type == LOG_APPEND_TIME)
             except InvalidRecords as e:
                 out.append(_error(pd.index, e.error, e.message))
+                continue
+            except ProducerStateError as e:
+                # Sequence and epoch errors are the producer's to handle, not a broker fault.
+                log.debug("produce to %s-%d refused: %s", name, pd.index, e)
+                out.append(_error(pd.index, e.error_code, str(e)))
                 continue
             except StorageError as e:
                 log.error("append to %s-%d failed: %s", name, pd.index, e)

@@ -16,10 +16,7 @@ async def handle_init_producer_id(ctx, request: m.InitProducerIdRequest) -> m.In
     if request.transactional_id is not None:
         return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                         producer_id=-1, producer_epoch=-1)
-    if request.producer_id >= 0:
-        # A producer bumping its epoch after an error keeps its id (KIP-360).
-        return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
-                                        producer_id=request.producer_id,
-                                        producer_epoch=(request.producer_epoch + 1) & 0x7FFF)
+    # Without a transactional id every call gets a fresh id at epoch 0, as Kafka does (also when a
+    # producer that hit an error asks with its old id and epoch, KIP-360).
     pid = ctx.broker.next_producer_id()
     return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)
