@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -18,36 +17,27 @@ from odradek.protocol.error_codes import (
     message,
 )
 
-SEED_NAME = "003_cc4873a62a151ebc.txt"  # the protocol guide, with the error code table
-_ROW = re.compile(r"^([A-Z][A-Z_]*[A-Z])(-?\d+)(True|False)(.*)$")
+SEED_TABLE = Path(__file__).parent / "data" / "seed_error_codes.txt"  # from seed 003's error table
 
 
-def _seed_table() -> list[tuple[str, int, bool, str]]:
-    candidates = [parent / "shared" / "seeds" / SEED_NAME for parent in Path(__file__).resolve().parents]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        pytest.fail(f"seed {SEED_NAME} not found in any shared/seeds/ above {__file__}")
-    text = path.read_text(encoding="utf-8")
-    start = text.index("ErrorCodeRetriableDescription")
-    end = text.index("Api Keys", start)
+def _seed_table() -> list[tuple[str, int, bool]]:
     rows = []
-    for line in text[start:end].splitlines()[1:]:
-        match = _ROW.match(line.strip())
-        if match:
-            name, code, retriable, description = match.groups()
-            rows.append((name, int(code), retriable == "True", description))
+    for line in SEED_TABLE.read_text(encoding="utf-8").splitlines():
+        if line and not line.startswith("#"):
+            name, code, retriable = line.split()
+            rows.append((name, int(code), retriable == "True"))
     return rows
 
 
 def test_seed_table_parses() -> None:
     rows = _seed_table()
-    codes = [code for _, code, _, _ in rows]
+    codes = [code for _, code, _ in rows]
     assert codes == list(range(-1, 82)), "seed table should list -1..81 in order"
 
 
 @pytest.mark.parametrize("row", _seed_table(), ids=lambda row: row[0])
-def test_every_seed_code_is_present(row: tuple[str, int, bool, str]) -> None:
-    name, code, retriable, _ = row
+def test_every_seed_code_is_present(row: tuple[str, int, bool]) -> None:
+    name, code, retriable = row
     expected_name, expected_retriable = SEED_DEVIATIONS.get(name, (name, retriable))
     member = ErrorCode(code)
     assert member.name == expected_name
@@ -56,7 +46,7 @@ def test_every_seed_code_is_present(row: tuple[str, int, bool, str]) -> None:
 
 
 def test_deviations_are_real_deviations() -> None:
-    seed = {name: (code, retriable) for name, code, retriable, _ in _seed_table()}
+    seed = {name: (code, retriable) for name, code, retriable in _seed_table()}
     for seed_name, (name, retriable) in SEED_DEVIATIONS.items():
         code, seed_retriable = seed[seed_name]
         assert (seed_name, seed_retriable) != (name, retriable), seed_name
