@@ -60,7 +60,7 @@ def decode_request(frame) -> tuple[RequestHeader, object]:
         if api_key == API_VERSIONS_KEY:
             # Newer ApiVersions requests are flexible; read the client id if it is there.
             try:
-                header, _ = decode_request_header(data, 2 if api_version >= 3 else 1)
+                header, _ = _guard(decode_request_header, data, 2 if api_version >= 3 else 1)
             except ProtocolError:
                 pass
         raise UnsupportedVersionError(api_key, api_version, header)
