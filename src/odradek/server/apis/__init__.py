@@ -1,5 +1,15 @@
 """The dispatch table: API key -> handler (STYLE, "One module per API family")."""
 
+from odradek.server.apis.admin_cluster import handle_describe_cluster
+from odradek.server.apis.admin_configs import (
+    handle_alter_configs, handle_describe_configs, handle_incremental_alter_configs,
+)
+from odradek.server.apis.admin_logs import (
+    handle_delete_records, handle_describe_log_dirs, handle_offset_for_leader_epoch,
+)
+from odradek.server.apis.admin_topics import (
+    handle_create_partitions, handle_create_topics, handle_delete_topics, handle_describe_topic_partitions,
+)
 from odradek.server.apis.api_versions import handle_api_versions
 from odradek.server.apis.fetch import handle_fetch
 from odradek.server.apis.list_offsets import handle_list_offsets
@@ -13,5 +23,16 @@ HANDLERS = {
     2: handle_list_offsets,
     3: handle_metadata,
     18: handle_api_versions,
+    19: handle_create_topics,
+    20: handle_delete_topics,
+    21: handle_delete_records,
     22: handle_init_producer_id,
+    23: handle_offset_for_leader_epoch,
+    32: handle_describe_configs,
+    33: handle_alter_configs,
+    35: handle_describe_log_dirs,
+    37: handle_create_partitions,
+    44: handle_incremental_alter_configs,
+    60: handle_describe_cluster,
+    75: handle_describe_topic_partitions,
 }

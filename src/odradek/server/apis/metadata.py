@@ -9,6 +9,7 @@ request's allow_auto_topic_creation (v4+; always true before) say so, with `num.
 from __future__ import annotations
 
 from odradek.cluster.topics import validate_topic_name
+from odradek.server.apis.admin_cluster import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import metadata as m
@@ -27,10 +28,13 @@ def partition_metadata(info, broker) -> list[m.MetadataResponsePartition]:
     return out
 
 
-def topic_metadata(info, broker) -> m.MetadataResponseTopic:
+UNSET_OPERATIONS = -2147483648  # "not requested" in Metadata's authorized-operations fields
+
+
+def topic_metadata(info, broker, topic_operations: int = UNSET_OPERATIONS) -> m.MetadataResponseTopic:
     return m.MetadataResponseTopic(
         error_code=ErrorCode.NONE, name=info.name, topic_id=info.topic_id, is_internal=info.is_internal,
-        partitions=partition_metadata(info, broker))
+        partitions=partition_metadata(info, broker), topic_authorized_operations=topic_operations)
 
 
 async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse:
@@ -42,6 +46,12 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
     else:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     allow_create = request.allow_auto_topic_creation if v >= 4 else True
+    topic_ops = UNSET_OPERATIONS
+    if v >= 8 and request.include_topic_authorized_operations:
+        topic_ops = authorized_operations(ctx, TOPIC_OPERATIONS)
+    cluster_ops = UNSET_OPERATIONS
+    if 8 <= v <= 10 and request.include_cluster_authorized_operations:
+        cluster_ops = authorized_operations(ctx, CLUSTER_OPERATIONS)
     out = []
     for name, topic_id in wanted:
         if name is None:
@@ -65,7 +75,7 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
             if info is None:
                 out.append(m.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
                 continue
-        out.append(topic_metadata(info, broker))
+        out.append(topic_metadata(info, broker, topic_ops))
     return m.MetadataResponse(
         throttle_time_ms=0, brokers=broker.broker_metadata(ctx.connection), cluster_id=broker.cluster_id,
-        controller_id=broker.controller_id, topics=out)
+        controller_id=broker.controller_id, topics=out, cluster_authorized_operations=cluster_ops)
