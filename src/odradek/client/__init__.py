@@ -1,1 +1,29 @@
+"""odradek's Kafka client: a sans-I/O connection, an asyncio producer and consumer, a sync facade.
 
+Depends only on `odradek.protocol` and `odradek.records` (DESIGN, "Layers"); it works against any
+Kafka-compatible broker. Config names and defaults are Kafka's (`config`).
+
+- `connection.ClientConnection`: framing, correlation ids, pipelining, ApiVersions negotiation (sans I/O)
+- `network.BrokerConnection`: the asyncio shell (connect, send -> future of the response, close)
+- `cluster.Cluster`: bootstrap, metadata cache, one connection per broker
+- `producer.Producer`: batching, murmur2/sticky partitioning, compression, retries, idempotence
+- `consumer.Consumer`: assign, seek, offsets_for_times, pause/resume, per-record and per-batch reads
+- `sync.Producer`, `sync.Consumer`: the same from plain threads
+"""
+
+from odradek.client.batch import DeliveryFuture, RecordMetadata
+from odradek.client.consumer import Consumer
+from odradek.client.errors import (
+    BrokerResponseError, BufferFullError, ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError,
+    OffsetOutOfRangeError,
+)
+from odradek.client.fetcher import ConsumerRecord, FetchedBatch, OffsetAndTimestamp, TopicPartition
+from odradek.client.partitioner import DefaultPartitioner, murmur2, partition_for_key, to_positive
+from odradek.client.producer import Producer
+
+__all__ = [
+    "BrokerResponseError", "BufferFullError", "ConfigError", "Consumer", "ConsumerRecord", "DefaultPartitioner",
+    "DeliveryFuture", "FetchedBatch", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
+    "OffsetAndTimestamp", "OffsetOutOfRangeError", "Producer", "RecordMetadata", "TopicPartition", "murmur2",
+    "partition_for_key", "to_positive",
+]

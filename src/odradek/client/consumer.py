@@ -1,0 +1,568 @@
+"""The asyncio consumer (seed 003, "The Consumer": pull, long poll, the position is one offset).
+
+    async with Consumer({"bootstrap.servers": "localhost:9092", "auto.offset.reset": "earliest"}) as c:
+        c.assign([TopicPartition("events", 0), TopicPartition("events", 1)])
+        async for record in c:                       # per record
+            ...
+        async for batch in c.batches():              # whole v2 batches, raw bytes, for bulk readers
+            ...
+
+Partitions are assigned by the application (`assign`); `subscribe` belongs to group membership, which
+comes later (it raises NotImplementedError, as do `commit` and `committed`). One fetcher task, owned by
+the consumer (`start()` / `aclose()`), keeps at most one Fetch in flight per broker, for the partitions
+that broker leads and whose previous data has been read (see `fetcher`); it long-polls with
+`fetch.min.bytes` and `fetch.max.wait.ms` and bounds responses with `fetch.max.bytes` and
+`max.partition.fetch.bytes`. Positions are reset by ListOffsets: at assignment when unknown and on
+OFFSET_OUT_OF_RANGE, by `auto.offset.reset` (earliest, latest, or none: `OffsetOutOfRangeError`), and on
+`seek_to_beginning` / `seek_to_end`. Errors that say the metadata is stale refresh it and back off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import AsyncIterator, Iterable
+
+from odradek.client.cluster import STALE_METADATA_ERRORS, Cluster, now_ms
+from odradek.client.config import consumer_config
+from odradek.client.errors import (
+    BrokerResponseError, IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
+from odradek.client.fetcher import (
+    CompletedFetch, ConsumerRecord, FetchedBatch, OffsetAndTimestamp, PartitionState, TopicPartition,
+    records_of, to_fetched_batch,
+)
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import fetch as fm, list_offsets as lo
+
+log = logging.getLogger("odradek.client.consumer")
+
+FETCH_KEY = 1
+LIST_OFFSETS_KEY = 2
+EARLIEST = -2
+LATEST = -1
+
+__all__ = ["Consumer", "ConsumerRecord", "FetchedBatch", "OffsetAndTimestamp", "TopicPartition"]
+
+
+def _tp(x) -> TopicPartition:
+    return x if isinstance(x, TopicPartition) else TopicPartition(*x)
+
+
+class Consumer:
+    def __init__(self, config: dict | None = None, **kwargs) -> None:
+        self.config = c = consumer_config(config, **kwargs)
+        self.isolation_level = 1 if c["isolation.level"] == "read_committed" else 0
+        self.cluster: Cluster | None = None
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._completed: list[CompletedFetch] = []
+        self._current: CompletedFetch | None = None
+        self._node_in_flight: set[int] = set()
+        self._task: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._data: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> "Consumer":
+        if self._task is not None:
+            return self
+        self.cluster = Cluster(self.config)
+        self._wake = asyncio.Event()
+        self._data = asyncio.Event()
+        self.cluster.add_topics({tp.topic for tp in self._states})
+        try:
+            await self.cluster.start()
+        except BaseException:
+            await self.cluster.aclose()
+            raise
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="odradek-consumer-fetcher")
+        return self
+
+    async def __aenter__(self) -> "Consumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.cluster is not None:
+            await self.cluster.aclose()
+        if self._data is not None:
+            self._data.set()
+
+    # ------------------------------------------------------------------------------------ assignment
+    def assign(self, partitions: Iterable) -> None:
+        """Replace the assignment. New partitions start at `auto.offset.reset` unless seeked."""
+        wanted = [_tp(p) for p in partitions]
+        for tp in list(self._states):
+            if tp not in wanted:
+                del self._states[tp]
+        for tp in wanted:
+            if tp not in self._states:
+                st = self._states[tp] = PartitionState(tp)
+                st.reset = self.config["auto.offset.reset"]
+        self._completed = [f for f in self._completed if f.tp in self._states]
+        if self._current is not None and self._current.tp not in self._states:
+            self._current = None
+        if self.cluster is not None:
+            self.cluster.add_topics({tp.topic for tp in wanted})
+        self._kick()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._states)
+
+    def subscribe(self, topics=None, pattern=None, listener=None) -> None:
+        raise NotImplementedError("subscribe() needs consumer-group membership, which comes with the group "
+                                  "issue; use assign() for now")
+
+    def unsubscribe(self) -> None:
+        self.assign([])
+
+    async def commit(self, offsets=None) -> None:
+        raise NotImplementedError("offset commit comes with consumer-group membership (group issue)")
+
+    async def committed(self, partitions) -> dict:
+        raise NotImplementedError("committed offsets come with consumer-group membership (group issue)")
+
+    def _state(self, tp) -> PartitionState:
+        st = self._states.get(_tp(tp))
+        if st is None:
+            raise IllegalStateError(f"{tp} is not assigned")
+        return st
+
+    # ------------------------------------------------------------------------------------ positions
+    def seek(self, tp, offset: int) -> None:
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        self._state(tp).seek(offset)
+        self._drop_buffered(_tp(tp))
+        self._kick()
+
+    def seek_to_beginning(self, *partitions) -> None:
+        for tp in partitions or list(self._states):
+            self._state(tp).request_reset("earliest")
+            self._drop_buffered(_tp(tp))
+        self._kick()
+
+    def seek_to_end(self, *partitions) -> None:
+        for tp in partitions or list(self._states):
+            self._state(tp).request_reset("latest")
+            self._drop_buffered(_tp(tp))
+        self._kick()
+
+    async def position(self, tp, timeout_ms: int | None = None) -> int:
+        """The offset of the next record to be handed out, resolving a pending reset first."""
+        st = self._state(tp)
+        self._check_open()
+        if st.position is None:
+            await self._reset_positions([st])
+            if st.position is None:
+                raise NoOffsetForPartitionError(f"no position for {tp}")
+        return st.position
+
+    def highwater(self, tp) -> int:
+        return self._state(tp).high_watermark
+
+    def pause(self, *partitions) -> None:
+        for tp in partitions:
+            st = self._state(tp)
+            if not st.paused:
+                st.paused = True
+
+    def resume(self, *partitions) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+        self._kick()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, st in self._states.items() if st.paused}
+
+    async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The earliest offset whose timestamp is >= the given one, per partition (None past the end)."""
+        found = await self._list_offsets({_tp(tp): ts for tp, ts in timestamps.items()})
+        return {tp: (OffsetAndTimestamp(o, t, e) if o >= 0 else None) for tp, (o, t, e) in found.items()}
+
+    async def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
+        found = await self._list_offsets({_tp(tp): EARLIEST for tp in partitions})
+        return {tp: v[0] for tp, v in found.items()}
+
+    async def end_offsets(self, partitions) -> dict[TopicPartition, int]:
+        found = await self._list_offsets({_tp(tp): LATEST for tp in partitions})
+        return {tp: v[0] for tp, v in found.items()}
+
+    # ------------------------------------------------------------------------------------ reading
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None
+                      ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records by partition, waiting up to timeout_ms for the first; at most max.poll.records."""
+        limit = max_records or self.config["max.poll.records"]
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        n = 0
+        deadline = now_ms() + timeout_ms
+        while n < limit:
+            item = self._next_entry()
+            if item is None:
+                if n or not await self._wait_data(deadline):
+                    break
+                continue
+            cf, entry, first = item
+            records = records_of(cf.tp, entry, first, False)
+            if n + len(records) > limit:     # hand out part of the batch; the rest comes next time
+                records = records[:limit - n]
+                cf.state.position = records[-1].offset + 1
+                cf.pending = entry
+            if records:
+                out.setdefault(cf.tp, []).extend(records)
+                n += len(records)
+        return out
+
+    async def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for records in (await self.getmany(timeout_ms, max_records)).values():
+            out.extend(records)
+        return out
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self._iter_records()
+
+    async def _iter_records(self):
+        while not self._closed:
+            for records in (await self.getmany(timeout_ms=1000)).values():
+                for r in records:
+                    yield r
+
+    async def fetch_batches(self, timeout_ms: int = 0, max_batches: int = 1000) -> list[FetchedBatch]:
+        """Whole record batches (raw v2 bytes), waiting up to timeout_ms for the first."""
+        out: list[FetchedBatch] = []
+        deadline = now_ms() + timeout_ms
+        while len(out) < max_batches:
+            item = self._next_entry()
+            if item is None:
+                if out or not await self._wait_data(deadline):
+                    break
+                continue
+            cf, entry, first = item
+            fb = to_fetched_batch(cf.tp, entry, first, cf.high_watermark)
+            cf.state.position = fb.next_offset
+            out.append(fb)
+        return out
+
+    async def batches(self, timeout_ms: int | None = None) -> AsyncIterator[FetchedBatch]:
+        """`async for batch in consumer.batches()`: every batch as it arrives; with timeout_ms, stop
+        after that long without data."""
+        while not self._closed:
+            got = await self.fetch_batches(timeout_ms=1000 if timeout_ms is None else timeout_ms)
+            if not got and timeout_ms is not None:
+                return
+            for b in got:
+                yield b
+
+    def _next_entry(self):
+        """(completed fetch, batch, first offset to hand out) of the next readable batch, advancing
+        the partition's position past it; None when nothing readable is buffered."""
+        self._raise_error()
+        while True:
+            cf = self._current
+            if cf is None:
+                cf = self._pop_completed()
+                if cf is None:
+                    return None
+                self._current = cf
+            st = cf.state
+            if self._states.get(cf.tp) is not st or st.epoch != cf.epoch:
+                self._release(cf)
+                self._current = None
+                continue
+            if st.paused:   # keep a paused partition's data for resume()
+                self._completed.insert(0, cf)
+                self._current = None
+                continue
+            entry = cf.pending
+            if entry is not None:
+                cf.pending = None
+            else:
+                entry = cf.next_batch()
+            if entry is None:
+                if st.position is not None and cf.next_offset > st.position:
+                    st.position = cf.next_offset   # skipped control or aborted batches
+                self._release(cf)
+                self._current = None
+                continue
+            first = st.position
+            st.position = entry.next_offset
+            return cf, entry, first
+
+    def _pop_completed(self) -> CompletedFetch | None:
+        """The oldest buffered fetch that is not paused (stale ones are dropped on the way)."""
+        for i, cf in enumerate(self._completed):
+            st = cf.state
+            if self._states.get(cf.tp) is not st or st.epoch != cf.epoch:
+                continue
+            if not st.paused:
+                return self._completed.pop(i)
+        stale = [cf for cf in self._completed if self._states.get(cf.tp) is not cf.state
+                 or cf.state.epoch != cf.epoch]
+        if stale:
+            self._completed = [cf for cf in self._completed if cf not in stale]
+        return None
+
+    def _release(self, cf: CompletedFetch) -> None:
+        st = cf.state
+        if st.epoch == cf.epoch and st.buffered:
+            st.buffered -= 1
+        self._kick()
+
+    def _drop_buffered(self, tp: TopicPartition) -> None:
+        self._completed = [cf for cf in self._completed if cf.tp != tp]
+        if self._current is not None and self._current.tp == tp:
+            self._current = None
+
+    async def _wait_data(self, deadline: float) -> bool:
+        left = deadline - now_ms()
+        if left <= 0:
+            return False
+        self._check_open()
+        self._data.clear()
+        try:
+            async with asyncio.timeout(left / 1000):
+                await self._data.wait()
+        except TimeoutError:
+            return False
+        return not self._closed
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            e, self._error = self._error, None
+            raise e
+
+    def _check_open(self) -> None:
+        if self._task is None:
+            raise IllegalStateError("consumer not started: await start() or use `async with`")
+        if self._closed:
+            raise IllegalStateError("consumer is closed")
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # ------------------------------------------------------------------------------------ fetcher task
+    async def _run(self) -> None:
+        backoff = self.config["retry.backoff.ms"]
+        while True:
+            self._wake.clear()
+            await self.cluster.maybe_refresh()
+            resets = [st for st in self._states.values() if st.reset is not None and now_ms() >= st.retry_at_ms]
+            if resets:
+                try:
+                    await self._reset_positions(resets)
+                except KafkaError as e:
+                    log.info("offset reset failed: %s", e)
+                    for st in resets:
+                        st.retry_at_ms = now_ms() + backoff
+            await self._send_fetches()
+            if self._wake.is_set():
+                continue
+            try:
+                async with asyncio.timeout(min(backoff if self.cluster.stale() else 1000, 1000) / 1000):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def _send_fetches(self) -> None:
+        now = now_ms()
+        meta = self.cluster.metadata
+        by_node: dict[int, list[PartitionState]] = {}
+        for st in self._states.values():
+            if not st.fetchable(now):
+                continue
+            leader = meta.leader_for(st.tp.topic, st.tp.partition)
+            if leader < 0:
+                self.cluster.request_update()
+                continue
+            if leader not in self._node_in_flight:
+                by_node.setdefault(leader, []).append(st)
+        c = self.config
+        for node, states in by_node.items():
+            conn = self.cluster.connection_nowait(node)
+            if conn is None:
+                if self.cluster.connection_failed_recently(node):
+                    continue
+                try:
+                    conn = await self.cluster.connection(node)
+                except KafkaConnectionError as e:
+                    log.info("cannot connect to broker %d: %s", node, e)
+                    continue
+            if not conn.can_send():
+                continue
+            topics: dict[str, list] = {}
+            sent = []
+            for st in states:
+                if not st.fetchable(now_ms()):
+                    continue
+                topics.setdefault(st.tp.topic, []).append(fm.FetchPartition(
+                    partition=st.tp.partition, fetch_offset=st.fetch_offset,
+                    current_leader_epoch=meta.leader_epoch(st.tp.topic, st.tp.partition),
+                    partition_max_bytes=c["max.partition.fetch.bytes"]))
+                sent.append((st, st.epoch, st.fetch_offset))
+            if not sent:
+                continue
+            request = fm.FetchRequest(
+                replica_id=-1, max_wait_ms=c["fetch.max.wait.ms"], min_bytes=c["fetch.min.bytes"],
+                max_bytes=c["fetch.max.bytes"], isolation_level=self.isolation_level, session_id=0,
+                session_epoch=-1, rack_id=c["client.rack"],
+                topics=[fm.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+            try:
+                fut = conn.send_nowait(FETCH_KEY, request,
+                                       timeout_ms=c["request.timeout.ms"] + c["fetch.max.wait.ms"])
+            except KafkaError as e:
+                log.info("fetch to broker %d failed: %s", node, e)
+                continue
+            for st, _, _ in sent:
+                st.in_flight = True
+            self._node_in_flight.add(node)
+            fut.add_done_callback(lambda f, n=node, s=sent: self._on_fetch(f, n, s))
+
+    def _on_fetch(self, fut: asyncio.Future, node: int, sent: list) -> None:
+        self._node_in_flight.discard(node)
+        for st, _, _ in sent:
+            st.in_flight = False
+        self._kick()
+        if fut.cancelled() or fut.exception() is not None:
+            if not fut.cancelled():
+                log.info("fetch from broker %d failed: %s", node, fut.exception())
+            self.cluster.request_update()
+            return
+        response = fut.result()
+        if response.error_code:
+            log.info("fetch from broker %d: error %s", node, ErrorCode(response.error_code).name)
+            return
+        by_tp = {(st.tp.topic, st.tp.partition): (st, epoch, offset) for st, epoch, offset in sent}
+        backoff = self.config["retry.backoff.ms"]
+        got = False
+        for t in response.responses:
+            for p in t.partitions:
+                item = by_tp.get((t.topic, p.partition_index))
+                if item is None:
+                    continue
+                st, epoch, offset = item
+                if self._states.get(st.tp) is not st or st.epoch != epoch or st.fetch_offset != offset:
+                    continue   # seeked, reset or unassigned meanwhile
+                err = p.error_code
+                if err == 0:
+                    st.high_watermark = p.high_watermark
+                    st.last_stable_offset = p.last_stable_offset
+                    st.log_start_offset = p.log_start_offset
+                    if p.records is not None and len(p.records):
+                        cf = CompletedFetch(st, p.records, offset, p.high_watermark, p.aborted_transactions,
+                                            self.isolation_level == 1, self.config["check.crcs"])
+                        end = cf.scan_end()
+                        if end > offset:
+                            st.fetch_offset = end
+                            st.buffered += 1
+                            self._completed.append(cf)
+                            got = True
+                        else:
+                            log.warning("%s: fetch at %d returned no whole batch", st.tp, offset)
+                            st.retry_at_ms = now_ms() + backoff
+                elif err == ErrorCode.OFFSET_OUT_OF_RANGE:
+                    policy = self.config["auto.offset.reset"]
+                    if policy == "none":
+                        self._error = OffsetOutOfRangeError({st.tp: offset})
+                        st.retry_at_ms = now_ms() + backoff
+                        got = True
+                    else:
+                        log.info("%s: offset %d out of range, resetting to %s", st.tp, offset, policy)
+                        st.request_reset(policy)
+                else:
+                    if err in STALE_METADATA_ERRORS:
+                        self.cluster.request_update()
+                    else:
+                        log.warning("%s: fetch error %s", st.tp, ErrorCode(err).name)
+                    st.retry_at_ms = now_ms() + backoff
+        if got:
+            self._data.set()
+
+    # ------------------------------------------------------------------------------------ ListOffsets
+    async def _list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, tuple]:
+        """tp -> (offset, timestamp, leader_epoch) for ListOffsets timestamps (-2 earliest, -1 latest)."""
+        self._check_open()
+        self.cluster.add_topics({tp.topic for tp in wanted})
+        out: dict[TopicPartition, tuple] = {}
+        deadline = now_ms() + self.config["request.timeout.ms"]
+        todo = dict(wanted)
+        while todo:
+            for topic in {tp.topic for tp in todo}:
+                await self.cluster.wait_for_topic(topic, max(deadline - now_ms(), 1))
+            meta = self.cluster.metadata
+            by_node: dict[int, dict[str, list]] = {}
+            for tp, ts in todo.items():
+                leader = meta.leader_for(tp.topic, tp.partition)
+                if leader < 0:
+                    continue
+                by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(lo.ListOffsetsPartition(
+                    partition_index=tp.partition, timestamp=ts,
+                    current_leader_epoch=meta.leader_epoch(tp.topic, tp.partition)))
+            retry = False
+            for node, topics in by_node.items():
+                request = lo.ListOffsetsRequest(
+                    replica_id=-1, isolation_level=self.isolation_level,
+                    timeout_ms=self.config["request.timeout.ms"],
+                    topics=[lo.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
+                try:
+                    response = await self.cluster.request(node, LIST_OFFSETS_KEY, request)
+                except KafkaConnectionError:
+                    self.cluster.request_update()
+                    retry = True
+                    continue
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if tp not in todo:
+                            continue
+                        if p.error_code == 0:
+                            out[tp] = (p.offset, p.timestamp, p.leader_epoch)
+                            del todo[tp]
+                        elif p.error_code in STALE_METADATA_ERRORS or ErrorCode(p.error_code).retriable:
+                            self.cluster.request_update()
+                            retry = True
+                        else:
+                            raise BrokerResponseError(p.error_code, f"ListOffsets {tp}")
+            if todo:
+                if now_ms() >= deadline:
+                    raise KafkaError(f"ListOffsets did not answer for {sorted(todo)} in time")
+                if retry or not by_node:
+                    await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
+                    self.cluster.request_update()
+        return out
+
+    async def _reset_positions(self, states: list[PartitionState]) -> None:
+        wanted = {}
+        for st in states:
+            if st.reset is None:
+                continue
+            if st.reset == "none":
+                self._error = NoOffsetForPartitionError(f"no position for {st.tp} and auto.offset.reset=none")
+                st.reset = None
+                self._data.set()
+                continue
+            wanted[st.tp] = EARLIEST if st.reset == "earliest" else LATEST if st.reset == "latest" else st.reset
+        if not wanted:
+            return
+        epochs = {tp: self._states[tp].epoch for tp in wanted if tp in self._states}
+        found = await self._list_offsets(wanted)
+        for tp, (offset, _, _) in found.items():
+            st = self._states.get(tp)
+            if st is not None and st.epoch == epochs.get(tp) and st.reset is not None:
+                st.seek(offset)
+        self._kick()

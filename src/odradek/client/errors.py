@@ -1,0 +1,76 @@
+"""Errors the client raises: one base class, broker error codes carried as `ErrorCode`.
+
+`KafkaError.retriable` follows Kafka's classification (`odradek.protocol.error_codes`); client-side
+conditions (timeouts, lost connections, a full buffer) get their own subclasses with Kafka's meaning:
+a lost connection and a request timeout are retriable, a full buffer after `max.block.ms` is not.
+"""
+
+from __future__ import annotations
+
+from odradek.protocol.error_codes import ErrorCode, for_code
+
+
+class KafkaError(Exception):
+    """Base of every client error. `code` is the broker's error code when there is one."""
+
+    retriable = False
+    code: ErrorCode | None = None
+
+    def __init__(self, message: str = "", code: ErrorCode | int | None = None) -> None:
+        if code is not None:
+            self.code = for_code(int(code))
+            self.retriable = self.code.retriable
+            message = message or f"{self.code.name}: {self.code.message}"
+        super().__init__(message)
+
+
+class BrokerResponseError(KafkaError):
+    """A broker answered with a non-zero error code."""
+
+    def __init__(self, code: ErrorCode | int, detail: str | None = None) -> None:
+        err = for_code(int(code))
+        super().__init__(f"{err.name}: {detail or err.message}", err)
+
+
+class KafkaConnectionError(KafkaError):
+    """The connection to a broker could not be made or was lost; requests on it may be retried."""
+
+    retriable = True
+
+
+class KafkaTimeoutError(KafkaError):
+    """A request, a metadata wait, `max.block.ms` or `delivery.timeout.ms` ran out."""
+
+
+class RequestTimedOutError(KafkaConnectionError):
+    """No response within `request.timeout.ms`; the connection is closed, as Kafka's clients do."""
+
+
+class UnsupportedVersionError(KafkaError):
+    """The broker does not speak any version of an API that this client speaks."""
+
+
+class BufferFullError(KafkaError):
+    """`send_nowait` found `buffer.memory` exhausted (the async `send` waits instead)."""
+
+
+class OffsetOutOfRangeError(KafkaError):
+    """A fetch position is outside the log and `auto.offset.reset` is `none`."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+    def __init__(self, positions: dict) -> None:
+        super().__init__(f"fetch positions out of range and auto.offset.reset=none: {positions}")
+        self.positions = positions
+
+
+class NoOffsetForPartitionError(KafkaError):
+    """A partition has no position and `auto.offset.reset` is `none`."""
+
+
+class IllegalStateError(KafkaError):
+    """The client is closed, or the call does not fit its state (for example fetching unassigned)."""
+
+
+class ConfigError(KafkaError, ValueError):
+    """An unknown configuration key or an invalid value."""
