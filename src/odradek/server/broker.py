@@ -20,6 +20,7 @@ from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import metadata as metadata_msgs
 from odradek.server.apis import HANDLERS
 from odradek.server.apis.api_versions import supported
+from odradek.server.apis.groups import start_group_coordinator
 from odradek.server.config import BrokerConfig, ConfigError, TopicConfig
 from odradek.server.dispatch import Dispatcher
 from odradek.server.fetch_session import FetchSessionCache
@@ -58,6 +59,7 @@ class Broker:
         self.cluster_id: str | None = None
         self._topic_configs: dict[str, TopicConfig] = {}
         self._topic_ids: dict = {}
+        self.group_coordinator = None   # odradek.coordinator.runtime.GroupCoordinator, from start()
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -76,6 +78,7 @@ class Broker:
             info = self.topics.get(name)
             if info is not None:
                 self._open_partitions(info, now)
+        await start_group_coordinator(self)
         for ep in self.config.listeners:
             listener = Listener(
                 self.dispatcher,
@@ -119,6 +122,8 @@ class Broker:
                 await self._periodic
             except asyncio.CancelledError:
                 pass
+        if self.group_coordinator is not None:
+            await self.group_coordinator.aclose()
         if self.logs is not None:
             self.logs.close(self.clock())
             self.logs = None

@@ -12,8 +12,13 @@ from odradek.server.apis.admin_topics import (
 )
 from odradek.server.apis.api_versions import handle_api_versions
 from odradek.server.apis.fetch import handle_fetch
+from odradek.server.apis.groups import (
+    handle_delete_groups, handle_describe_groups, handle_find_coordinator, handle_heartbeat, handle_join_group,
+    handle_leave_group, handle_list_groups, handle_sync_group,
+)
 from odradek.server.apis.list_offsets import handle_list_offsets
 from odradek.server.apis.metadata import handle_metadata
+from odradek.server.apis.offsets import handle_offset_commit, handle_offset_delete, handle_offset_fetch
 from odradek.server.apis.produce import handle_produce
 from odradek.server.apis.producer_ids import handle_init_producer_id
 
@@ -22,17 +27,28 @@ HANDLERS = {
     1: handle_fetch,
     2: handle_list_offsets,
     3: handle_metadata,
+    8: handle_offset_commit,
+    9: handle_offset_fetch,
+    10: handle_find_coordinator,
+    11: handle_join_group,
+    12: handle_heartbeat,
+    13: handle_leave_group,
+    14: handle_sync_group,
+    15: handle_describe_groups,
+    16: handle_list_groups,
     18: handle_api_versions,
     19: handle_create_topics,
     20: handle_delete_topics,
     21: handle_delete_records,
     22: handle_init_producer_id,
     23: handle_offset_for_leader_epoch,
+    42: handle_delete_groups,
     32: handle_describe_configs,
     33: handle_alter_configs,
     35: handle_describe_log_dirs,
     37: handle_create_partitions,
     44: handle_incremental_alter_configs,
+    47: handle_offset_delete,
     60: handle_describe_cluster,
     75: handle_describe_topic_partitions,
 }

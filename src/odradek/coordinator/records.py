@@ -1,0 +1,162 @@
+"""The records of `__consumer_offsets`: which partition holds a group, and the keys and values written
+there, in Apache Kafka's formats so that tools decoding that topic read ours (seed 001, "For each
+consumer group, the coordinator stores the following information"; seed 004, "Offset Commit/Fetch API").
+
+Partition of a group: `abs(hash(group_id)) % partitions`, with Java's `String.hashCode` over UTF-16
+code units and Kafka's `Utils.abs` (which maps Integer.MIN_VALUE to 0, not to itself).
+
+Key and value layouts (each starts with an int16 version, see `odradek.protocol.api.encode_record`):
+
+    key version 0 or 1   OffsetCommitKey    group, topic, partition      -> OffsetCommitValue
+    key version 2        GroupMetadataKey   group                        -> GroupMetadataValue
+    key version 3+       KIP-848 and later record types, skipped here
+
+We write OffsetCommitKey v1 with OffsetCommitValue v3 (v1 when the commit carries an explicit expire
+timestamp, as Kafka does), and GroupMetadataKey v2 with GroupMetadataValue v3. A null value is a
+tombstone: the offset, or the group's metadata, is gone. Every operation's records go out as one v2
+batch (CreateTime, no producer id), appended like any produce.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+from odradek.protocol.api import decode_record, encode_record
+from odradek.protocol.exceptions import ProtocolError
+from odradek.protocol.messages.group_metadata_value import GroupMetadataValue, MemberMetadata
+from odradek.protocol.messages.group_metadata_key import GroupMetadataKey
+from odradek.protocol.messages.offset_commit_key import OffsetCommitKey
+from odradek.protocol.messages.offset_commit_value import OffsetCommitValue
+from odradek.records import RecordBatch, RecordBatchBuilder, iter_headers
+
+log = logging.getLogger("odradek.coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
+GROUP_VALUE_VERSION = 3
+
+__all__ = [
+    "GroupMetadataValue", "MemberMetadata", "OFFSETS_TOPIC", "GroupRecord", "OffsetAndMetadata",
+    "OffsetRecord", "Record", "build_batch", "decode", "encode", "iter_batches", "java_string_hash", "partition_for",
+]
+
+
+def java_string_hash(s: str) -> int:
+    """Java's String.hashCode: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, as an int32."""
+    h = 0
+    data = s.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """Kafka's `Utils.abs(key.hashCode) % partitions` (Utils.abs(MIN_VALUE) is 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    offset: int
+    leader_epoch: int                  # -1: unknown
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int | None    # only from v1 commits with a retention time
+
+    def to_value(self) -> tuple[int, OffsetCommitValue]:
+        value = OffsetCommitValue(offset=self.offset, leader_epoch=self.leader_epoch, metadata=self.metadata,
+                                  commit_timestamp=self.commit_timestamp_ms,
+                                  expire_timestamp=self.expire_timestamp_ms if self.expire_timestamp_ms
+                                  is not None else -1)
+        return (OFFSET_VALUE_VERSION_WITH_EXPIRY if self.expire_timestamp_ms is not None
+                else OFFSET_VALUE_VERSION), value
+
+    @classmethod
+    def from_value(cls, version: int, v: OffsetCommitValue) -> OffsetAndMetadata:
+        expire = v.expire_timestamp if version == 1 and v.expire_timestamp >= 0 else None
+        return cls(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, expire)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRecord:
+    group_id: str
+    topic: str
+    partition: int
+    value: OffsetAndMetadata | None    # None: tombstone
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    group_id: str
+    value: GroupMetadataValue | None   # None: tombstone
+
+
+Record = Union[OffsetRecord, GroupRecord]
+
+
+def encode(record: Record) -> tuple[bytes, bytes | None]:
+    if isinstance(record, OffsetRecord):
+        key = encode_record("OffsetCommitKey", OFFSET_KEY_VERSION,
+                            OffsetCommitKey(group=record.group_id, topic=record.topic,
+                                            partition=record.partition))
+        if record.value is None:
+            return key, None
+        version, value = record.value.to_value()
+        return key, encode_record("OffsetCommitValue", version, value)
+    key = encode_record("GroupMetadataKey", GROUP_KEY_VERSION, GroupMetadataKey(group=record.group_id))
+    if record.value is None:
+        return key, None
+    return key, encode_record("GroupMetadataValue", GROUP_VALUE_VERSION, record.value)
+
+
+def decode(key: bytes | None, value: bytes | None) -> Record | None:
+    """The record, or None for record types this coordinator does not read (KIP-848, share groups).
+    Raises ProtocolError for a key or value it should read but cannot."""
+    if key is None or len(key) < 2:
+        raise ProtocolError("__consumer_offsets record without a key")
+    key_version = int.from_bytes(key[:2], "big", signed=True)
+    if key_version in (0, 1):
+        _, k = decode_record("OffsetCommitKey", key)
+        if value is None:
+            return OffsetRecord(k.group, k.topic, k.partition, None)
+        version, v = decode_record("OffsetCommitValue", value)
+        return OffsetRecord(k.group, k.topic, k.partition, OffsetAndMetadata.from_value(version, v))
+    if key_version == GROUP_KEY_VERSION:
+        _, k = decode_record("GroupMetadataKey", key)
+        if value is None:
+            return GroupRecord(k.group, None)
+        _, v = decode_record("GroupMetadataValue", value)
+        return GroupRecord(k.group, v)
+    return None
+
+
+def build_batch(records: list[Record], now_ms: int) -> bytes:
+    """One uncompressed v2 batch holding `records` in order (offsets are assigned by the log)."""
+    builder = RecordBatchBuilder()
+    for r in records:
+        key, value = encode(r)
+        builder.append(key, value, timestamp=now_ms)
+    return builder.build()
+
+
+def iter_batches(buf) -> Iterator[tuple[int, list[Record]]]:
+    """(next offset, records this coordinator reads) for each whole v2 batch in `buf`, as the log
+    returns them; control batches (transaction markers) and unknown record types give no records."""
+    for h in iter_headers(buf, allow_partial_tail=True):
+        out: list[Record] = []
+        if not h.is_control:
+            for r in RecordBatch(buf, h.pos).records():
+                try:
+                    rec = decode(r.key, r.value)
+                except ProtocolError as e:
+                    log.warning("skipping unreadable %s record at offset %d: %s", OFFSETS_TOPIC, r.offset, e)
+                    continue
+                if rec is not None:
+                    out.append(rec)
+        yield h.next_offset, out

@@ -1,0 +1,268 @@
+"""The group coordinator's runtime: the one place with I/O (DESIGN, Layers: "pure state machines plus
+one small runtime that persists their records in internal topics").
+
+It owns one `GroupShard` per `__consumer_offsets` partition this broker leads, and:
+
+- loads a shard when it is elected (`elect`): reads the partition from its log start to its high
+  watermark, `offsets.load.buffer.size` bytes at a time, replaying every record; until it is done,
+  requests for its groups get COORDINATOR_LOAD_IN_PROGRESS (seed 001: a member that reaches the new
+  coordinator too early is rejected and retries). Groups of partitions it does not lead get
+  NOT_COORDINATOR;
+- runs operations (`execute`): calls the pure operation with the clock's time, parks the caller if
+  the operation says so, appends the records as one batch through the partition's log (one broker:
+  acks=all is immediate), replays them, and hands out completions;
+- runs timers: sleeps until the earliest deadline of any shard and fires what is due.
+
+Everything it holds is bounded: parked callers by connections (a connection sends one request at a
+time), timers by groups and members, a load read by `offsets.load.buffer.size`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Callable, Protocol
+
+from odradek.coordinator.membership import fire
+from odradek.coordinator.records import build_batch, iter_batches, partition_for
+from odradek.coordinator.shard import GroupConfig, GroupShard, Outcome, WaitKey
+from odradek.protocol.error_codes import ErrorCode
+
+log = logging.getLogger("odradek.coordinator")
+
+RETENTION_TIMER = ("offsets-retention",)
+
+
+class CoordinatorError(Exception):
+    """The request cannot be served here now; `code` tells the client what to do."""
+
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
+class CoordinatorLog(Protocol):
+    """The port to one `__consumer_offsets` partition's log (the broker adapts its partition)."""
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    def append(self, batch: bytes, now_ms: int) -> None:
+        """Append one batch as the leader and wait until it is committed; raise on failure."""
+
+    def read(self, start_offset: int, max_bytes: int) -> bytes:
+        """Whole batches from start_offset, about max_bytes (at least one batch)."""
+
+
+class GroupCoordinator:
+    def __init__(self, config: GroupConfig, clock: Callable[[], int],
+                 new_uuid: Callable[[], str] = lambda: str(uuid.uuid4())) -> None:
+        self.config = config
+        self.clock = clock
+        self.new_uuid = new_uuid
+        self.partition_count: int | None = None
+        self._shards: dict[int, GroupShard] = {}
+        self._logs: dict[int, CoordinatorLog] = {}
+        self._loading: dict[int, asyncio.Task] = {}
+        self._waiters: dict[WaitKey, asyncio.Future] = {}
+        self._wake: asyncio.Event | None = None
+        self._next_wake_ms: int | None = None
+        self._timer_task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._timer_task = asyncio.get_running_loop().create_task(self._run_timers())
+
+    async def aclose(self) -> None:
+        tasks = [t for t in [self._timer_task, *self._loading.values()] if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+        self._loading.clear()
+        self._fail_waiters(lambda key: True, ErrorCode.NOT_COORDINATOR)
+        self._shards.clear()
+
+    # ------------------------------------------------------------------------------ ownership
+    def elect(self, partition: int, log_: CoordinatorLog, partition_count: int) -> None:
+        """This broker now leads `partition` of the offsets topic: load its groups."""
+        self.partition_count = partition_count
+        if partition in self._shards or partition in self._loading:
+            return
+        self._logs[partition] = log_
+        task = asyncio.get_running_loop().create_task(self._load(partition, log_))
+        self._loading[partition] = task
+        task.add_done_callback(lambda t, p=partition: self._loaded(p, t))
+
+    def resign(self, partition: int) -> None:
+        """Leadership moved away: drop the shard; parked callers go find the new coordinator."""
+        task = self._loading.pop(partition, None)
+        if task is not None:
+            task.cancel()
+        self._shards.pop(partition, None)
+        self._logs.pop(partition, None)
+        self._fail_waiters(lambda key: self._partition_of(key[1]) == partition, ErrorCode.NOT_COORDINATOR)
+
+    def owns(self, partition: int) -> bool:
+        return partition in self._shards or partition in self._loading
+
+    @property
+    def loading(self) -> bool:
+        return bool(self._loading)
+
+    def shards(self) -> list[GroupShard]:
+        return [self._shards[p] for p in sorted(self._shards)]
+
+    def _partition_of(self, group_id: str) -> int | None:
+        return None if self.partition_count is None else partition_for(group_id, self.partition_count)
+
+    def shard_for(self, group_id: str) -> GroupShard:
+        p = self._partition_of(group_id)
+        if p is None:
+            raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
+        shard = self._shards.get(p)
+        if shard is not None:
+            return shard
+        if p in self._loading:
+            raise CoordinatorError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
+
+    # ------------------------------------------------------------------------------ operations
+    async def execute(self, group_id: str, op: Callable[..., Outcome], *args):
+        """Run `op(shard, *args, now_ms)` for the group's shard; its response, once it has one."""
+        shard = self.shard_for(group_id)
+        now = self.clock()
+        outcome = op(shard, *args, now)
+        fut = self._park(outcome.park) if outcome.park is not None else None
+        try:
+            self._commit(shard, outcome, now)
+        except CoordinatorError:
+            if fut is not None and fut.done() and not fut.cancelled():
+                fut.exception()   # failed with the shard; the caller gets the error raised here
+            raise
+        if fut is None:
+            return outcome.response
+        return await fut
+
+    def query(self, group_id: str, fn: Callable, *args):
+        """A read-only look at the group's shard: `fn(shard, *args)`."""
+        return fn(self.shard_for(group_id), *args)
+
+    def _commit(self, shard: GroupShard, outcome: Outcome, now_ms: int) -> None:
+        if outcome.records:
+            try:
+                self._logs[shard.partition].append(build_batch(outcome.records, now_ms), now_ms)
+            except Exception as e:  # noqa: BLE001 - any append failure leaves the state unknown
+                log.error("appending %d records to __consumer_offsets-%d failed: %s; reloading it",
+                          len(outcome.records), shard.partition, e)
+                self._reload(shard.partition)
+                raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from e
+            for r in outcome.records:
+                shard.replay(r, now_ms)
+        for key, response in outcome.completions:
+            fut = self._waiters.pop(key, None)
+            if fut is not None and not fut.done():
+                fut.set_result(response)
+        deadline = shard.next_deadline()
+        if deadline is not None and (self._next_wake_ms is None or deadline < self._next_wake_ms):
+            self._wake.set()
+
+    def _park(self, key: WaitKey) -> asyncio.Future:
+        old = self._waiters.pop(key, None)
+        if old is not None and not old.done():
+            # The same member asked again on another connection: the first request is stale.
+            old.set_exception(CoordinatorError(ErrorCode.REBALANCE_IN_PROGRESS))
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[key] = fut
+        fut.add_done_callback(lambda f, k=key: self._waiters.pop(k, None) if self._waiters.get(k) is f else None)
+        return fut
+
+    def _fail_waiters(self, which: Callable[[WaitKey], bool], code: ErrorCode) -> None:
+        for key in [k for k in self._waiters if which(k)]:
+            fut = self._waiters.pop(key)
+            if not fut.done():
+                fut.set_exception(CoordinatorError(code))
+
+    def _reload(self, partition: int) -> None:
+        log_ = self._logs.get(partition)
+        count = self.partition_count
+        self.resign(partition)
+        if log_ is not None and count is not None:
+            self.elect(partition, log_, count)
+
+    # ------------------------------------------------------------------------------ loading
+    async def _load(self, partition: int, log_: CoordinatorLog) -> GroupShard:
+        started = self.clock()
+        shard = GroupShard(partition, self.config, self.new_uuid)
+        offset = log_.log_start_offset
+        records = 0
+        while offset < log_.high_watermark:
+            buf = log_.read(offset, self.config.load_buffer_bytes)
+            now = self.clock()
+            next_offset = offset
+            for next_offset, batch in iter_batches(buf):
+                for r in batch:
+                    shard.replay(r, now)
+                records += len(batch)
+            if next_offset <= offset:
+                log.error("__consumer_offsets-%d: no progress loading at offset %d; stopping", partition, offset)
+                break
+            offset = next_offset
+            await asyncio.sleep(0)   # let requests in (they get COORDINATOR_LOAD_IN_PROGRESS)
+        now = self.clock()
+        shard.schedule(RETENTION_TIMER, now + self.config.offsets_retention_check_interval_ms)
+        log.log(logging.INFO if records else logging.DEBUG,
+                "Finished loading offsets and group metadata from __consumer_offsets-%d in %d ms: "
+                "%d records, %d groups", partition, now - started, records, len(shard.groups))
+        return shard
+
+    def _loaded(self, partition: int, task: asyncio.Task) -> None:
+        if self._loading.get(partition) is not task:
+            return
+        del self._loading[partition]
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error("loading __consumer_offsets-%d failed", partition, exc_info=task.exception())
+            return
+        self._shards[partition] = task.result()
+        if self._wake is not None:
+            self._wake.set()
+
+    # ------------------------------------------------------------------------------ timers
+    async def _run_timers(self) -> None:
+        while True:
+            now = self.clock()
+            nearest = None
+            for shard in list(self._shards.values()):
+                for key in shard.pop_due(now):
+                    if self._shards.get(shard.partition) is not shard:
+                        break
+                    try:
+                        self._commit(shard, fire(shard, key, now), now)
+                    except CoordinatorError:
+                        break   # the shard is reloading
+                    except Exception:
+                        log.exception("timer %r of __consumer_offsets-%d failed", key, shard.partition)
+                deadline = shard.next_deadline()
+                if deadline is not None and (nearest is None or deadline < nearest):
+                    nearest = deadline
+            self._wake.clear()
+            self._next_wake_ms = nearest
+            # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that arrives
+            # together with the wake-up, and aclose() would then wait for the next deadline.
+            handle = None if nearest is None else asyncio.get_running_loop().call_later(
+                max(nearest - self.clock(), 0) / 1000, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                if handle is not None:
+                    handle.cancel()

@@ -1,0 +1,121 @@
+"""Offset APIs: OffsetCommit (8), OffsetFetch (9), OffsetDelete (47) (seed 003, "Consumer Position"
+and "OffsetCommit API" / "OffsetFetch API"; seed 004, "Offset Commit/Fetch API").
+
+The coordinator works on topic names; here v10 topic ids are resolved to names (UNKNOWN_TOPIC_ID when
+there is none) and topics this cluster does not have are refused per partition with
+UNKNOWN_TOPIC_OR_PARTITION, as Kafka does before it asks its coordinator. OffsetFetch answers with
+offset -1 and empty metadata where nothing is committed; v8+ may ask for several groups at once, and a
+null topic list asks for every offset the group has.
+"""
+
+from __future__ import annotations
+
+from odradek.coordinator import offsets as ops
+from odradek.coordinator.runtime import CoordinatorError
+from odradek.protocol.codec import ZERO_UUID
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import offset_commit as oc
+from odradek.protocol.messages import offset_delete as od
+from odradek.protocol.messages import offset_fetch as of
+from odradek.server.apis.groups import coordinator_of, run
+
+NO_OFFSET = -1
+
+
+def _topic_error(broker, use_ids: bool):
+    def error(name: str | None) -> ErrorCode:
+        if name is None:
+            return ErrorCode.UNKNOWN_TOPIC_ID if use_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NONE if broker.topics.get(name) is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return error
+
+
+def _name_of(broker, topic_id) -> str | None:
+    info = broker.topic_by_id(topic_id)
+    return info.name if info is not None else None
+
+
+def _id_of(broker, name: str):
+    info = broker.topics.get(name)
+    return info.topic_id if info is not None else ZERO_UUID
+
+
+# ------------------------------------------------------------------------------------ OffsetCommit
+async def handle_offset_commit(ctx, request: oc.OffsetCommitRequest) -> oc.OffsetCommitResponse:
+    v = ctx.api_version
+    if v >= 10:
+        for t in request.topics:
+            t.name = _name_of(ctx.broker, t.topic_id)
+    try:
+        return await run(ctx, request.group_id, ops.commit_offsets, request, v, _topic_error(ctx.broker, v >= 10))
+    except CoordinatorError as e:
+        return oc.OffsetCommitResponse(throttle_time_ms=0, topics=[
+            oc.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
+                oc.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=e.code)
+                for p in t.partitions]) for t in request.topics])
+
+
+# ------------------------------------------------------------------------------------ OffsetFetch
+def _fetch(ctx, group_id: str, topics) -> tuple[ErrorCode, list]:
+    try:
+        return ErrorCode.NONE, coordinator_of(ctx).query(group_id, ops.fetch_offsets, group_id, topics)
+    except CoordinatorError as e:
+        return e.code, []
+
+
+def _partition(cls, partition: int, o, code: ErrorCode = ErrorCode.NONE):
+    if o is None:
+        return cls(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
+                   metadata="", error_code=code)
+    return cls(partition_index=partition, committed_offset=o.offset, committed_leader_epoch=o.leader_epoch,
+               metadata=o.metadata, error_code=code)
+
+
+async def handle_offset_fetch(ctx, request: of.OffsetFetchRequest) -> of.OffsetFetchResponse:
+    v = ctx.api_version
+    if v < 8:
+        topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+        code, found = _fetch(ctx, request.group_id, topics)
+        if code and v < 2:
+            # No group-level error field before v2: every partition carries it.
+            found = [(name, [(p, None) for p in parts]) for name, parts in topics or []]
+        out = [of.OffsetFetchResponseTopic(name=name, partitions=[
+            _partition(of.OffsetFetchResponsePartition, p, o, code if v < 2 else ErrorCode.NONE)
+            for p, o in parts]) for name, parts in found]
+        return of.OffsetFetchResponse(throttle_time_ms=0, topics=out, error_code=code)
+    groups = []
+    for g in request.groups:
+        if g.topics is None:
+            topics = None
+        elif v >= 10:
+            topics = [(_name_of(ctx.broker, t.topic_id), list(t.partition_indexes)) for t in g.topics]
+        else:
+            topics = [(t.name, list(t.partition_indexes)) for t in g.topics]
+        code, found = _fetch(ctx, g.group_id, [t for t in topics if t[0] is not None] if topics else topics)
+        out = []
+        for name, parts in found:
+            out.append(of.OffsetFetchResponseTopics(
+                name=name, topic_id=_id_of(ctx.broker, name) if v >= 10 else ZERO_UUID,
+                partitions=[_partition(of.OffsetFetchResponsePartitions, p, o) for p, o in parts]))
+        if v >= 10 and topics and not code:
+            for (name, parts), t in zip(topics, g.topics):
+                if name is None:
+                    out.append(of.OffsetFetchResponseTopics(topic_id=t.topic_id, partitions=[
+                        _partition(of.OffsetFetchResponsePartitions, p, None, ErrorCode.UNKNOWN_TOPIC_ID)
+                        for p in parts]))
+        groups.append(of.OffsetFetchResponseGroup(group_id=g.group_id, topics=out, error_code=code))
+    return of.OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+
+
+# ------------------------------------------------------------------------------------ OffsetDelete
+async def handle_offset_delete(ctx, request: od.OffsetDeleteRequest) -> od.OffsetDeleteResponse:
+    topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
+    try:
+        code, results = await run(ctx, request.group_id, ops.delete_offsets, request.group_id, topics,
+                                  _topic_error(ctx.broker, False))
+    except CoordinatorError as e:
+        code, results = e.code, []
+    return od.OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=[
+        od.OffsetDeleteResponseTopic(name=name, partitions=[
+            od.OffsetDeleteResponsePartition(partition_index=p, error_code=c) for p, c in parts])
+        for name, parts in results])
