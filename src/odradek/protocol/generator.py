@@ -71,6 +71,7 @@ class ModuleWriter:
         self.funcs: list[str] = []
         self.canonical: dict[tuple[str, str, int], str] = {}   # (kind, struct, version) -> function
         self.bodies: dict[tuple[str, str, str], str] = {}      # (kind, struct, body) -> function
+        self.struct_defaults: set[str] = set()                 # structs compared to a default
 
     # --------------------------------------------------------------------------------- classes
     def collect(self, s: Struct) -> None:
@@ -255,22 +256,41 @@ class ModuleWriter:
                 lines.append("    else:")
                 lines.append("        w.append(0)")
             else:
-                lines.append("    tags = list(o.unknown_tagged_fields or ())")
+                # A tagged field holding its default is not written; struct defaults are compared
+                # against one module-level instance rather than a fresh one per message.
+                lines.append("    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None")
                 for f in sorted(tagged, key=lambda f: f.tag):
-                    d = default_expr(f)
                     if f.is_array and f.default != "null":
                         cond = f"o.{f.name}"
+                    elif f.struct is not None and f.default != "null":
+                        cond = self.differs_from_default(f)
                     else:
-                        cond = f"o.{f.name} != {d}"
+                        cond = f"o.{f.name} != {default_expr(f)}"
                     lines.append(f"    if {cond}:")
                     lines.append("        t = bytearray()")
                     lines.extend(self.write_value(f, v, flex, f"o.{f.name}", "        ", 0, w="t"))
+                    lines.append("        if tags is None:")
+                    lines.append("            tags = []")
                     lines.append(f"        tags.append(({f.tag}, t))")
-                lines.append("    tags.sort(key=_first)")
-                lines.append("    w_tagged(w, tags)")
+                lines.append("    if tags:")
+                lines.append("        tags.sort(key=_first)")
+                lines.append("        w_tagged(w, tags)")
+                lines.append("    else:")
+                lines.append("        w.append(0)")
         if not lines:
             lines.append("    pass")
         return lines
+
+    def differs_from_default(self, f: Field) -> str:
+        """An expression true when struct field f differs from its default value: field by field
+        for structs of scalars (the common case: epochs and offsets), else by equality with one
+        module-level default instance."""
+        fields = f.struct.fields
+        if all(g.struct is None and not g.is_array for g in fields):
+            parts = [f"x.{g.name} != {default_expr(g)}" for g in fields] + ["x.unknown_tagged_fields"]
+            return f"(x := o.{f.name}) is not None and ({' or '.join(parts)})"
+        self.struct_defaults.add(f.struct.name)
+        return f"o.{f.name} != _DEFAULT_{f.struct.name}"
 
     # --------------------------------------------------------------------------------- functions
     def func(self, kind: str, s: Struct, v: int) -> str:
@@ -342,6 +362,8 @@ class ModuleWriter:
         ]
         parts = ["\n".join(head)]
         parts.extend(self.emit_class(c) for c in self.classes.values())
+        if self.struct_defaults:
+            parts.append("\n".join(f"_DEFAULT_{n} = {n}()" for n in sorted(self.struct_defaults)))
         parts.extend(self.funcs)
         parts.append("\n".join(tables))
         return "\n\n\n".join(parts) + "\n"

@@ -389,7 +389,7 @@ def _e_ApiVersionsResponse_3(w, o):
         for x0 in lst0:
             _e_ApiVersion_3(w, x0)
     w += p_i32(o.throttle_time_ms)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.supported_features:
         t = bytearray()
         lst0 = o.supported_features
@@ -399,10 +399,14 @@ def _e_ApiVersionsResponse_3(w, o):
             w_uvarint(t, len(lst0) + 1)
             for x0 in lst0:
                 _e_SupportedFeatureKey_3(t, x0)
+        if tags is None:
+            tags = []
         tags.append((0, t))
     if o.finalized_features_epoch != -1:
         t = bytearray()
         t += p_i64(o.finalized_features_epoch)
+        if tags is None:
+            tags = []
         tags.append((1, t))
     if o.finalized_features:
         t = bytearray()
@@ -413,13 +417,20 @@ def _e_ApiVersionsResponse_3(w, o):
             w_uvarint(t, len(lst0) + 1)
             for x0 in lst0:
                 _e_FinalizedFeatureKey_3(t, x0)
+        if tags is None:
+            tags = []
         tags.append((2, t))
     if o.zk_migration_ready != False:
         t = bytearray()
         t.append(1 if o.zk_migration_ready else 0)
+        if tags is None:
+            tags = []
         tags.append((3, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 REQUEST_CLASS = ApiVersionsRequest

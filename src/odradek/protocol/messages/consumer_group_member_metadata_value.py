@@ -197,7 +197,7 @@ def _e_ConsumerGroupMemberMetadataValue_0(w, o):
     w_cnstring(w, o.subscribed_topic_regex)
     w += p_i32(o.rebalance_timeout_ms)
     w_cnstring(w, o.server_assignor)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.classic_member_metadata != None:
         t = bytearray()
         if o.classic_member_metadata is None:
@@ -205,9 +205,14 @@ def _e_ConsumerGroupMemberMetadataValue_0(w, o):
         else:
             t.append(1)
             _e_ClassicMemberMetadata_0(t, o.classic_member_metadata)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 RECORD_CLASS = ConsumerGroupMemberMetadataValue

@@ -66,13 +66,18 @@ def _d_ConsumerGroupMetadataValue_0(data, pos):
 
 def _e_ConsumerGroupMetadataValue_0(w, o):
     w += p_i32(o.epoch)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.metadata_hash != 0:
         t = bytearray()
         t += p_i64(o.metadata_hash)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 RECORD_CLASS = ConsumerGroupMetadataValue

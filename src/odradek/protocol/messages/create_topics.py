@@ -752,13 +752,18 @@ def _e_CreatableTopicResult_5(w, o):
         w_uvarint(w, len(lst0) + 1)
         for x0 in lst0:
             _e_CreatableTopicConfigs_5(w, x0)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.topic_config_error_code != 0:
         t = bytearray()
         t += p_i16(o.topic_config_error_code)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_CreateTopicsResponse_5(w, o):
@@ -790,13 +795,18 @@ def _e_CreatableTopicResult_7(w, o):
         w_uvarint(w, len(lst0) + 1)
         for x0 in lst0:
             _e_CreatableTopicConfigs_5(w, x0)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.topic_config_error_code != 0:
         t = bytearray()
         t += p_i16(o.topic_config_error_code)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_CreateTopicsResponse_7(w, o):

@@ -1403,13 +1403,18 @@ def _e_FetchRequest_12(w, o):
         for x0 in lst0:
             _e_ForgottenTopic_12(w, x0)
     w_cstring(w, o.rack_id)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.cluster_id != None:
         t = bytearray()
         w_cnstring(t, o.cluster_id)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_FetchTopic_13(w, o):
@@ -1464,13 +1469,18 @@ def _e_FetchRequest_13(w, o):
         for x0 in lst0:
             _e_ForgottenTopic_13(w, x0)
     w_cstring(w, o.rack_id)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.cluster_id != None:
         t = bytearray()
         w_cnstring(t, o.cluster_id)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_ReplicaState_15(w, o):
@@ -1504,17 +1514,24 @@ def _e_FetchRequest_15(w, o):
         for x0 in lst0:
             _e_ForgottenTopic_13(w, x0)
     w_cstring(w, o.rack_id)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.cluster_id != None:
         t = bytearray()
         w_cnstring(t, o.cluster_id)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    if o.replica_state != ReplicaState():
+    if (x := o.replica_state) is not None and (x.replica_id != -1 or x.replica_epoch != -1 or x.unknown_tagged_fields):
         t = bytearray()
         _e_ReplicaState_15(t, o.replica_state)
+        if tags is None:
+            tags = []
         tags.append((1, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_FetchPartition_17(w, o):
@@ -1524,13 +1541,18 @@ def _e_FetchPartition_17(w, o):
     w += p_i32(o.last_fetched_epoch)
     w += p_i64(o.log_start_offset)
     w += p_i32(o.partition_max_bytes)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.replica_directory_id != ZERO_UUID:
         t = bytearray()
         t += o.replica_directory_id.bytes
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_FetchTopic_17(w, o):
@@ -1570,17 +1592,24 @@ def _e_FetchRequest_17(w, o):
         for x0 in lst0:
             _e_ForgottenTopic_13(w, x0)
     w_cstring(w, o.rack_id)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.cluster_id != None:
         t = bytearray()
         w_cnstring(t, o.cluster_id)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    if o.replica_state != ReplicaState():
+    if (x := o.replica_state) is not None and (x.replica_id != -1 or x.replica_epoch != -1 or x.unknown_tagged_fields):
         t = bytearray()
         _e_ReplicaState_15(t, o.replica_state)
+        if tags is None:
+            tags = []
         tags.append((1, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_FetchPartition_18(w, o):
@@ -1590,17 +1619,24 @@ def _e_FetchPartition_18(w, o):
     w += p_i32(o.last_fetched_epoch)
     w += p_i64(o.log_start_offset)
     w += p_i32(o.partition_max_bytes)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.replica_directory_id != ZERO_UUID:
         t = bytearray()
         t += o.replica_directory_id.bytes
+        if tags is None:
+            tags = []
         tags.append((0, t))
     if o.high_watermark != 9223372036854775807:
         t = bytearray()
         t += p_i64(o.high_watermark)
+        if tags is None:
+            tags = []
         tags.append((1, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_FetchTopic_18(w, o):
@@ -1640,17 +1676,24 @@ def _e_FetchRequest_18(w, o):
         for x0 in lst0:
             _e_ForgottenTopic_13(w, x0)
     w_cstring(w, o.rack_id)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.cluster_id != None:
         t = bytearray()
         w_cnstring(t, o.cluster_id)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    if o.replica_state != ReplicaState():
+    if (x := o.replica_state) is not None and (x.replica_id != -1 or x.replica_epoch != -1 or x.unknown_tagged_fields):
         t = bytearray()
         _e_ReplicaState_15(t, o.replica_state)
+        if tags is None:
+            tags = []
         tags.append((1, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _d_PartitionData_0(data, pos):
@@ -2525,21 +2568,30 @@ def _e_PartitionData_12(w, o):
             _e_AbortedTransaction_12(w, x0)
     w += p_i32(o.preferred_read_replica)
     w_crecords(w, o.records)
-    tags = list(o.unknown_tagged_fields or ())
-    if o.diverging_epoch != EpochEndOffset():
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
+    if (x := o.diverging_epoch) is not None and (x.epoch != -1 or x.end_offset != -1 or x.unknown_tagged_fields):
         t = bytearray()
         _e_EpochEndOffset_12(t, o.diverging_epoch)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    if o.current_leader != LeaderIdAndEpoch():
+    if (x := o.current_leader) is not None and (x.leader_id != -1 or x.leader_epoch != -1 or x.unknown_tagged_fields):
         t = bytearray()
         _e_LeaderIdAndEpoch_12(t, o.current_leader)
+        if tags is None:
+            tags = []
         tags.append((1, t))
-    if o.snapshot_id != SnapshotId():
+    if (x := o.snapshot_id) is not None and (x.end_offset != -1 or x.epoch != -1 or x.unknown_tagged_fields):
         t = bytearray()
         _e_SnapshotId_12(t, o.snapshot_id)
+        if tags is None:
+            tags = []
         tags.append((2, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_FetchableTopicResponse_12(w, o):
@@ -2628,7 +2680,7 @@ def _e_FetchResponse_16(w, o):
         w_uvarint(w, len(lst0) + 1)
         for x0 in lst0:
             _e_FetchableTopicResponse_13(w, x0)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.node_endpoints:
         t = bytearray()
         lst0 = o.node_endpoints
@@ -2638,9 +2690,14 @@ def _e_FetchResponse_16(w, o):
             w_uvarint(t, len(lst0) + 1)
             for x0 in lst0:
                 _e_NodeEndpoint_16(t, x0)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 REQUEST_CLASS = FetchRequest

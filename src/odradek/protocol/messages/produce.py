@@ -1273,13 +1273,18 @@ def _e_PartitionProduceResponse_10(w, o):
         for x0 in lst0:
             _e_BatchIndexAndErrorMessage_9(w, x0)
     w_cnstring(w, o.error_message)
-    tags = list(o.unknown_tagged_fields or ())
-    if o.current_leader != LeaderIdAndEpoch():
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
+    if (x := o.current_leader) is not None and (x.leader_id != -1 or x.leader_epoch != -1 or x.unknown_tagged_fields):
         t = bytearray()
         _e_LeaderIdAndEpoch_10(t, o.current_leader)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_TopicProduceResponse_10(w, o):
@@ -1317,7 +1322,7 @@ def _e_ProduceResponse_10(w, o):
         for x0 in lst0:
             _e_TopicProduceResponse_10(w, x0)
     w += p_i32(o.throttle_time_ms)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.node_endpoints:
         t = bytearray()
         lst0 = o.node_endpoints
@@ -1327,9 +1332,14 @@ def _e_ProduceResponse_10(w, o):
             w_uvarint(t, len(lst0) + 1)
             for x0 in lst0:
                 _e_NodeEndpoint_10(t, x0)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _e_TopicProduceResponse_13(w, o):
@@ -1356,7 +1366,7 @@ def _e_ProduceResponse_13(w, o):
         for x0 in lst0:
             _e_TopicProduceResponse_13(w, x0)
     w += p_i32(o.throttle_time_ms)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.node_endpoints:
         t = bytearray()
         lst0 = o.node_endpoints
@@ -1366,9 +1376,14 @@ def _e_ProduceResponse_13(w, o):
             w_uvarint(t, len(lst0) + 1)
             for x0 in lst0:
                 _e_NodeEndpoint_10(t, x0)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 REQUEST_CLASS = ProduceRequest

@@ -233,21 +233,30 @@ def _e_TransactionLogValue_1(w, o):
             _e_PartitionsSchema_1(w, x0)
     w += p_i64(o.transaction_last_update_timestamp_ms)
     w += p_i64(o.transaction_start_timestamp_ms)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.previous_producer_id != -1:
         t = bytearray()
         t += p_i64(o.previous_producer_id)
+        if tags is None:
+            tags = []
         tags.append((0, t))
     if o.next_producer_id != -1:
         t = bytearray()
         t += p_i64(o.next_producer_id)
+        if tags is None:
+            tags = []
         tags.append((1, t))
     if o.client_transaction_version != 0:
         t = bytearray()
         t += p_i16(o.client_transaction_version)
+        if tags is None:
+            tags = []
         tags.append((2, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 RECORD_CLASS = TransactionLogValue

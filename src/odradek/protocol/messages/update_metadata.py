@@ -1224,13 +1224,18 @@ def _e_UpdateMetadataRequest_8(w, o):
         w_uvarint(w, len(lst0) + 1)
         for x0 in lst0:
             _e_UpdateMetadataBroker_6(w, x0)
-    tags = list(o.unknown_tagged_fields or ())
+    tags = list(o.unknown_tagged_fields) if o.unknown_tagged_fields else None
     if o.type != 0:
         t = bytearray()
         t += p_i8(o.type)
+        if tags is None:
+            tags = []
         tags.append((0, t))
-    tags.sort(key=_first)
-    w_tagged(w, tags)
+    if tags:
+        tags.sort(key=_first)
+        w_tagged(w, tags)
+    else:
+        w.append(0)
 
 
 def _d_UpdateMetadataResponse_0(data, pos):
