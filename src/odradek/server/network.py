@@ -80,6 +80,12 @@ class Connection(asyncio.Protocol):
         self.drained.set()
         self.listener.forget(self)
         if self.worker is not None and not self.worker.done():
+            # Not at once: right after this callback asyncio's transport fails the waiter that
+            # loop.sendfile may be parked on, and raises InvalidStateError if we cancelled it first.
+            asyncio.get_running_loop().call_soon(self._cancel_worker)
+
+    def _cancel_worker(self) -> None:
+        if self.worker is not None and not self.worker.done():
             self.worker.cancel()
 
     # ------------------------------------------------------------------------- request loop
@@ -102,7 +108,14 @@ class Connection(asyncio.Protocol):
                 self.close()
                 return
             if chunks is not None and not self.closed:
-                await self.send(chunks)
+                try:
+                    await self.send(chunks)
+                except (OSError, RuntimeError) as e:
+                    # sendfile writes to the socket itself: a peer that resets or vanishes mid-response
+                    # surfaces here, not in connection_lost. Half a response is on the wire; drop it all.
+                    log.info("closing connection from %s: sending a response failed: %r", self.peer[0], e)
+                    self.abort()
+                    return
             self.last_active = time.monotonic()
 
     async def send(self, chunks: list) -> None:
@@ -124,6 +137,18 @@ class Connection(asyncio.Protocol):
             self.closed = True
             if self.transport is not None:
                 self.transport.close()
+
+    def abort(self) -> None:
+        """Close at once, discarding anything buffered (the connection is broken)."""
+        self.closed = True
+        if self.transport is not None:
+            # CPython 3.11: while loop.sendfile runs, the transport keeps the (already resolved)
+            # "buffer empty" waiter, and losing the connection then sets an exception on it:
+            # InvalidStateError. Forget a resolved waiter first; sendfile's own cleanup resets it too.
+            waiter = getattr(self.transport, "_empty_waiter", None)
+            if waiter is not None and waiter.done():
+                self.transport._empty_waiter = None
+            self.transport.abort()
 
 
 class ConnectionClosing(Exception):
@@ -197,10 +222,21 @@ class Listener:
                 await self._reaper
             except asyncio.CancelledError:
                 pass
-        workers = []
+        busy = []
         for conn in list(self.connections):
-            conn.close()
             if conn.worker is not None and not conn.worker.done():
+                # A busy connection may be stuck writing to a client that does not read: drop it.
+                conn.abort()
+                busy.append(conn)
+            else:
+                conn.close()
+        # Let the transports report their loss first (see connection_lost): a worker cancelled
+        # before that leaves asyncio's sendfile waiter cancelled, and the transport's own
+        # connection-lost callback then fails on it with InvalidStateError (CPython 3.11).
+        await asyncio.sleep(0)
+        workers = []
+        for conn in busy:
+            if not conn.worker.done():
                 conn.worker.cancel()
                 workers.append(conn.worker)
         for w in workers:

@@ -1,0 +1,253 @@
+"""A real `odradek serve` process per test module (or per test, from `broker_factory`).
+
+`Broker` starts the broker as a subprocess on a free port of 127.0.0.1 (the first start binds port 0
+and reads the port from the "started" line; restarts reuse it) with a temporary log dir, and keeps
+its stdout and stderr in a file. When a test fails, the part of every broker's log written during
+that test is attached to the report. Teardown stops each broker with SIGTERM and fails if it does
+not shut down cleanly (exit status 0) or if it logged a traceback.
+
+A module may set `BROKER_OVERRIDES = {"key": "value", ...}` for its module-scoped `broker`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .clients import kcat_path, rss_kb
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+_PORT_RE = re.compile(r"started .*ports \{'[A-Za-z0-9_]+': (\d+)")
+_LIVE: list["Broker"] = []
+
+
+def odradek_command() -> list[str]:
+    exe = shutil.which("odradek")
+    if exe is not None:
+        return [exe]
+    return [sys.executable, "-m", "odradek.cli.main"]
+
+
+class Broker:
+    """One `odradek serve` process. Not started until `start()`."""
+
+    def __init__(self, base_dir: Path, overrides: dict | None = None, name: str = "broker") -> None:
+        self.name = name
+        self.base_dir = Path(base_dir)
+        self.log_dir = self.base_dir / "data"
+        self.log_path = self.base_dir / "broker.log"
+        self.overrides = {str(k): str(v) for k, v in (overrides or {}).items()}
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self.allow_tracebacks = False
+        self.start_failed = False      # reported by start() itself; teardown does not repeat it
+        self._log_file = None
+
+    # ---------------------------------------------------------------------------------- state
+    @property
+    def bootstrap(self) -> str:
+        assert self.port, "the broker has not started yet"
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def clean_shutdown_marker(self) -> Path:
+        return self.log_dir / CLEAN_SHUTDOWN_MARKER
+
+    def rss_kb(self) -> int:
+        return rss_kb(self.pid)
+
+    def log_text(self, start: int = 0) -> str:
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(start)
+            return f.read().decode(errors="replace")
+
+    def log_size(self) -> int:
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    # ---------------------------------------------------------------------------------- lifecycle
+    def start(self, timeout: float = START_TIMEOUT_S) -> "Broker":
+        assert not self.running, "already running"
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        overrides = {"listeners": f"PLAINTEXT://{self.host}:{self.port}", "log.dirs": str(self.log_dir),
+                     **self.overrides}
+        cmd = [*odradek_command(), "serve"]
+        for k, v in overrides.items():
+            cmd += ["--override", f"{k}={v}"]
+        mark = self.log_size()
+        self._log_file = open(self.log_path, "ab")
+        self._log_file.write(f"==== start #{self.starts + 1}: {' '.join(cmd)}\n".encode())
+        self._log_file.flush()
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log_file,
+                                     stderr=subprocess.STDOUT, cwd=self.base_dir, start_new_session=True)
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log_text(mark)
+            m = _PORT_RE.search(text)
+            if m:
+                self.port = int(m.group(1))
+                return self
+            if self.proc.poll() is not None:
+                self.start_failed = True
+                self._close_log()
+                raise AssertionError(f"odradek serve exited with {self.proc.returncode} before it started:\n"
+                                     f"{self.log_text(mark)[-5000:]}")
+            if time.monotonic() > deadline:
+                self.kill()
+                self.start_failed = True
+                raise AssertionError(f"odradek serve did not start within {timeout}s:\n{text[-5000:]}")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait; the exit status (a broker that needs longer than timeout is killed)."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                raise AssertionError(f"broker did not stop within {timeout}s of SIGTERM")
+        self._close_log()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no clean-shutdown marker."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._close_log()
+
+    def restart(self, *, kill: bool = False, overrides: dict | None = None) -> "Broker":
+        if kill:
+            self.kill()
+        else:
+            rc = self.stop()
+            assert rc == 0, f"broker exited with {rc} on SIGTERM"
+        if overrides:
+            self.overrides.update({str(k): str(v) for k, v in overrides.items()})
+        return self.start()
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def shutdown_and_check(self) -> None:
+        """Teardown: a running broker must stop cleanly on SIGTERM and the log hold no traceback."""
+        was_running = self.running
+        rc = self.stop()
+        if self.start_failed:
+            return
+        problems = []
+        if was_running and rc != 0:
+            problems.append(f"exit status {rc} after SIGTERM")
+        if was_running and not self.clean_shutdown_marker.exists():
+            problems.append("no clean-shutdown marker after SIGTERM")
+        if not self.allow_tracebacks and "Traceback" in self.log_text():
+            problems.append("the broker logged a traceback")
+        if problems:
+            tail = self.log_text()[-8000:]
+            raise AssertionError(f"broker {self.name}: {'; '.join(problems)}\n---- log tail ----\n{tail}")
+
+    def __repr__(self) -> str:
+        return f"Broker({self.name}, {self.host}:{self.port}, pid={self.proc.pid if self.proc else None})"
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="module")
+def broker(request, tmp_path_factory):
+    """The module's broker, with the module's BROKER_OVERRIDES."""
+    overrides = getattr(request.module, "BROKER_OVERRIDES", {})
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    b = Broker(tmp_path_factory.mktemp(name), overrides, name=name)
+    _LIVE.append(b)
+    try:
+        b.start()
+        yield b
+    finally:
+        try:
+            b.shutdown_and_check()
+        finally:
+            _LIVE.remove(b)
+
+
+@pytest.fixture
+def broker_factory(request, tmp_path_factory):
+    """start(**overrides) -> a started Broker of this test, stopped (and checked) at teardown.
+    Keys may use underscores for dots: start(log_segment_bytes=1048576) or start(**{"log.segment.bytes": ...})."""
+    made: list[Broker] = []
+
+    def start(name: str | None = None, **overrides) -> Broker:
+        n = name or f"{request.node.name}-{len(made)}"
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", n)[:60]
+        b = Broker(tmp_path_factory.mktemp(safe), {k.replace("_", "."): v for k, v in overrides.items()},
+                   name=n)
+        made.append(b)
+        _LIVE.append(b)
+        b.start()
+        return b
+
+    yield start
+    errors = []
+    for b in made:
+        try:
+            b.shutdown_and_check()
+        except AssertionError as e:
+            errors.append(str(e))
+        finally:
+            _LIVE.remove(b)
+    if errors:
+        raise AssertionError("\n\n".join(errors))
+
+
+@pytest.fixture(scope="session")
+def kcat():
+    """The kcat binary; a missing kcat fails the test (the README's test command installs it)."""
+    return kcat_path()
+
+
+@pytest.fixture(autouse=True)
+def _broker_log_marks(request):
+    request.node._broker_log_marks = {id(b): b.log_size() for b in _LIVE}
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    marks = getattr(item, "_broker_log_marks", {})
+    for b in list(_LIVE):
+        text = b.log_text(marks.get(id(b), 0))
+        if len(text) > 30000:
+            text = "...\n" + text[-30000:]
+        state = f"pid {b.proc.pid}, " + ("running" if b.running else f"exited {b.proc.returncode}") \
+            if b.proc else "never started"
+        report.sections.append((f"broker {b.name} ({state}) log", text or "(empty)"))
