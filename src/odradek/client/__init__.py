@@ -8,9 +8,12 @@ Kafka-compatible broker. Config names and defaults are Kafka's (`config`).
 - `cluster.Cluster`: bootstrap, metadata cache, one connection per broker
 - `producer.Producer`: batching, murmur2/sticky partitioning, compression, retries, idempotence
 - `consumer.Consumer`: assign, seek, offsets_for_times, pause/resume, per-record and per-batch reads
-- `sync.Producer`, `sync.Consumer`: the same from plain threads
+- `admin.Admin`: the admin APIs (topics, partitions, configs, cluster, log dirs, records, groups)
+- `sync.Producer`, `sync.Consumer`, `sync.Admin`: the same from plain threads
 """
 
+from odradek.client.admin import Admin
+from odradek.client.admin_types import AdminError, ConfigResource, NewTopic
 from odradek.client.batch import DeliveryFuture, RecordMetadata
 from odradek.client.consumer import Consumer
 from odradek.client.errors import (
@@ -22,6 +25,7 @@ from odradek.client.partitioner import DefaultPartitioner, murmur2, partition_fo
 from odradek.client.producer import Producer
 
 __all__ = [
+    "Admin", "AdminError", "ConfigResource", "NewTopic",
     "BrokerResponseError", "BufferFullError", "ConfigError", "Consumer", "ConsumerRecord", "DefaultPartitioner",
     "DeliveryFuture", "FetchedBatch", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
     "OffsetAndTimestamp", "OffsetOutOfRangeError", "Producer", "RecordMetadata", "TopicPartition", "murmur2",

@@ -7,8 +7,11 @@
         async for batch in c.batches():              # whole v2 batches, raw bytes, for bulk readers
             ...
 
-Partitions are assigned by the application (`assign`); `subscribe` belongs to group membership, which
-comes later (it raises NotImplementedError, as do `commit` and `committed`). One fetcher task, owned by
+Partitions are assigned by the application (`assign`) or by the group (`subscribe`, with `group.id`:
+see `group` and `group_runtime`; rebalance callbacks, committing on revoke and applying a new assignment
+run inside getmany/poll, as Java's consumer runs them inside poll). `commit`, `commit_async` and
+`committed` use the group's coordinator; with enable.auto.commit the positions handed out are committed
+every auto.commit.interval.ms, on revoke and on close. One fetcher task, owned by
 the consumer (`start()` / `aclose()`), keeps at most one Fetch in flight per broker, for the partitions
 that broker leads and whose previous data has been read (see `fetcher`); it long-polls with
 `fetch.min.bytes` and `fetch.max.wait.ms` and bounds responses with `fetch.max.bytes` and
@@ -24,7 +27,6 @@ import logging
 from typing import AsyncIterator, Iterable
 
 from odradek.client.cluster import STALE_METADATA_ERRORS, Cluster, now_ms
-from odradek.client.config import consumer_config
 from odradek.client.errors import (
     BrokerResponseError, IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
     OffsetOutOfRangeError,
@@ -33,6 +35,8 @@ from odradek.client.fetcher import (
     CompletedFetch, ConsumerRecord, FetchedBatch, OffsetAndTimestamp, PartitionState, TopicPartition,
     records_of, to_fetched_batch,
 )
+from odradek.client.consumer_group import GroupConsumer
+from odradek.client.group import consumer_group_config
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import fetch as fm, list_offsets as lo
 
@@ -50,9 +54,9 @@ def _tp(x) -> TopicPartition:
     return x if isinstance(x, TopicPartition) else TopicPartition(*x)
 
 
-class Consumer:
+class Consumer(GroupConsumer):
     def __init__(self, config: dict | None = None, **kwargs) -> None:
-        self.config = c = consumer_config(config, **kwargs)
+        self.config = c = consumer_group_config(config, **kwargs)
         self.isolation_level = 1 if c["isolation.level"] == "read_committed" else 0
         self.cluster: Cluster | None = None
         self._states: dict[TopicPartition, PartitionState] = {}
@@ -64,6 +68,7 @@ class Consumer:
         self._data: asyncio.Event | None = None
         self._error: BaseException | None = None
         self._closed = False
+        self._init_group()
 
     # ------------------------------------------------------------------------------------ lifecycle
     async def start(self) -> "Consumer":
@@ -78,6 +83,7 @@ class Consumer:
         except BaseException:
             await self.cluster.aclose()
             raise
+        await self._start_group()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="odradek-consumer-fetcher")
         return self
 
@@ -90,6 +96,8 @@ class Consumer:
     async def aclose(self) -> None:
         if self._closed:
             return
+        if self._group is not None:
+            await self._close_group()
         self._closed = True
         if self._task is not None:
             self._task.cancel()
@@ -105,14 +113,26 @@ class Consumer:
     # ------------------------------------------------------------------------------------ assignment
     def assign(self, partitions: Iterable) -> None:
         """Replace the assignment. New partitions start at `auto.offset.reset` unless seeked."""
+        if self._subscribed is not None:
+            raise IllegalStateError("subscribe() and assign() are mutually exclusive; unsubscribe() first")
         wanted = [_tp(p) for p in partitions]
+        self._manual = bool(wanted)
+        self._set_assignment(wanted)
+
+    def _set_assignment(self, wanted: list[TopicPartition], initializing: bool = False) -> None:
+        """Keep the states of partitions still wanted; new ones wait for their committed offsets when
+        `initializing`, else start at auto.offset.reset."""
         for tp in list(self._states):
             if tp not in wanted:
                 del self._states[tp]
         for tp in wanted:
             if tp not in self._states:
                 st = self._states[tp] = PartitionState(tp)
-                st.reset = self.config["auto.offset.reset"]
+                if initializing:
+                    self._awaiting_committed.add(tp)
+                else:
+                    st.reset = self.config["auto.offset.reset"]
+        self._awaiting_committed &= set(self._states)
         self._completed = [f for f in self._completed if f.tp in self._states]
         if self._current is not None and self._current.tp not in self._states:
             self._current = None
@@ -122,19 +142,6 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
-
-    def subscribe(self, topics=None, pattern=None, listener=None) -> None:
-        raise NotImplementedError("subscribe() needs consumer-group membership, which comes with the group "
-                                  "issue; use assign() for now")
-
-    def unsubscribe(self) -> None:
-        self.assign([])
-
-    async def commit(self, offsets=None) -> None:
-        raise NotImplementedError("offset commit comes with consumer-group membership (group issue)")
-
-    async def committed(self, partitions) -> dict:
-        raise NotImplementedError("committed offsets come with consumer-group membership (group issue)")
 
     def _state(self, tp) -> PartitionState:
         st = self._states.get(_tp(tp))
@@ -166,6 +173,8 @@ class Consumer:
         """The offset of the next record to be handed out, resolving a pending reset first."""
         st = self._state(tp)
         self._check_open()
+        if st.position is None and st.tp in self._awaiting_committed:
+            await self._init_committed()
         if st.position is None:
             await self._reset_positions([st])
             if st.position is None:
@@ -210,22 +219,32 @@ class Consumer:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         n = 0
         deadline = now_ms() + timeout_ms
-        while n < limit:
-            item = self._next_entry()
-            if item is None:
-                if n or not await self._wait_data(deadline):
-                    break
-                continue
-            cf, entry, first = item
-            records = records_of(cf.tp, entry, first, False)
-            if n + len(records) > limit:     # hand out part of the batch; the rest comes next time
-                records = records[:limit - n]
-                cf.state.position = records[-1].offset + 1
-                cf.pending = entry
-            if records:
-                out.setdefault(cf.tp, []).extend(records)
-                n += len(records)
+        self._poll_started()
+        try:
+            while n < limit:
+                if not n:
+                    await self._group_poll()
+                item = self._next_entry()
+                if item is None:
+                    if n or not await self._wait_data(deadline):
+                        break
+                    continue
+                n += self._take_records(item, limit - n, out)
+        finally:
+            self._poll_ended()
         return out
+
+    @staticmethod
+    def _take_records(item, room: int, out: dict) -> int:
+        cf, entry, first = item
+        records = records_of(cf.tp, entry, first, False)
+        if len(records) > room:     # hand out part of the batch; the rest comes next time
+            records = records[:room]
+            cf.state.position = records[-1].offset + 1
+            cf.pending = entry
+        if records:
+            out.setdefault(cf.tp, []).extend(records)
+        return len(records)
 
     async def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
         out: list[ConsumerRecord] = []
@@ -246,16 +265,22 @@ class Consumer:
         """Whole record batches (raw v2 bytes), waiting up to timeout_ms for the first."""
         out: list[FetchedBatch] = []
         deadline = now_ms() + timeout_ms
-        while len(out) < max_batches:
-            item = self._next_entry()
-            if item is None:
-                if out or not await self._wait_data(deadline):
-                    break
-                continue
-            cf, entry, first = item
-            fb = to_fetched_batch(cf.tp, entry, first, cf.high_watermark)
-            cf.state.position = fb.next_offset
-            out.append(fb)
+        self._poll_started()
+        try:
+            while len(out) < max_batches:
+                if not out:
+                    await self._group_poll()
+                item = self._next_entry()
+                if item is None:
+                    if out or not await self._wait_data(deadline):
+                        break
+                    continue
+                cf, entry, first = item
+                fb = to_fetched_batch(cf.tp, entry, first, cf.high_watermark)
+                cf.state.position = fb.next_offset
+                out.append(fb)
+        finally:
+            self._poll_ended()
         return out
 
     async def batches(self, timeout_ms: int | None = None) -> AsyncIterator[FetchedBatch]:
@@ -334,6 +359,8 @@ class Consumer:
             return False
         self._check_open()
         self._data.clear()
+        if self._group_step_ready():
+            return True
         try:
             async with asyncio.timeout(left / 1000):
                 await self._data.wait()

@@ -21,12 +21,13 @@ import concurrent.futures
 import threading
 from typing import Iterator
 
+from odradek.client.admin import ADMIN_CALLS, Admin as AsyncAdmin
 from odradek.client.batch import RecordMetadata
 from odradek.client.consumer import Consumer as AsyncConsumer
 from odradek.client.fetcher import ConsumerRecord, FetchedBatch, OffsetAndTimestamp, TopicPartition
 from odradek.client.producer import Producer as AsyncProducer
 
-__all__ = ["Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "FetchedBatch", "TopicPartition",
+__all__ = ["Admin", "Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "FetchedBatch", "TopicPartition",
            "OffsetAndTimestamp"]
 
 
@@ -132,8 +133,25 @@ class Consumer(_Facade):
     def assignment(self) -> set[TopicPartition]:
         return self._lt.call(self._inner.assignment)
 
-    def subscribe(self, *args, **kwargs) -> None:
-        self._inner.subscribe(*args, **kwargs)
+    def subscribe(self, topics=None, pattern=None, listener=None) -> None:
+        """Join group.id; the listener's callbacks run on the loop thread, inside poll()."""
+        self._lt.call(self._inner.subscribe, topics, pattern, listener)
+
+    def unsubscribe(self) -> None:
+        self._lt.call(self._inner.unsubscribe)
+
+    def subscription(self) -> set[str]:
+        return self._lt.call(self._inner.subscription)
+
+    def commit(self, offsets=None, timeout_ms: int | None = None) -> None:
+        self._lt.run(self._inner.commit(offsets, timeout_ms))
+
+    def commit_async(self, offsets=None, callback=None) -> None:
+        """The callback runs on the loop thread."""
+        self._lt.call(self._inner.commit_async, offsets, callback)
+
+    def committed(self, partitions, timeout_ms: int | None = None) -> dict:
+        return self._lt.run(self._inner.committed(list(partitions), timeout_ms))
 
     def seek(self, tp, offset: int) -> None:
         self._lt.call(self._inner.seek, tp, offset)
@@ -193,3 +211,26 @@ class Consumer(_Facade):
     def __iter__(self) -> Iterator[ConsumerRecord]:
         while not self._closed:
             yield from self.poll(timeout_ms=1000)
+
+
+class Admin(_Facade):
+    """The asyncio `admin.Admin` with every call blocking: same names, arguments and results.
+
+        with Admin({"bootstrap.servers": "localhost:9092"}) as admin:
+            admin.create_topics([NewTopic("events", 6, 1)])
+    """
+
+    def __init__(self, config: dict | None = None, **kwargs) -> None:
+        super().__init__(AsyncAdmin(config, **kwargs), "odradek-admin-loop")
+
+
+def _blocking(name: str):
+    def call(self, *args, **kwargs):
+        return self._lt.run(getattr(self._inner, name)(*args, **kwargs))
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = getattr(AsyncAdmin, name).__doc__
+    return call
+
+
+for _name in ADMIN_CALLS:
+    setattr(Admin, _name, _blocking(_name))

@@ -1,0 +1,185 @@
+"""`odradek topics`: create, list, describe, alter and delete topics (as kafka-topics.sh).
+
+    odradek topics create --topic events --partitions 6 --replication-factor 1 --config retention.ms=86400000
+    odradek topics list
+    odradek topics describe --topic events
+    odradek topics alter --topic events --partitions 12 --add-config cleanup.policy=compact
+    odradek topics delete --topic events
+"""
+
+from __future__ import annotations
+
+from odradek.cli.common import (
+    CliError, admin_config, connection_parent, json_parent, parse_key_values, positive_int, print_json,
+    print_table, run, say,
+)
+from odradek.cli.configs import parse_config_list
+
+
+def add_parser(sub) -> None:
+    conn, js = connection_parent(), json_parent()
+    p = sub.add_parser("topics", help="create, list, describe, alter and delete topics", description=__doc__)
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    c = actions.add_parser("create", parents=[conn, js], help="create a topic")
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partitions", type=positive_int, default=-1, help="default: the broker's num.partitions")
+    c.add_argument("--replication-factor", type=positive_int, default=-1,
+                   help="default: the broker's default.replication.factor")
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", help="a topic config (repeatable)")
+    c.add_argument("--if-not-exists", action="store_true", help="succeed if the topic exists already")
+    c.add_argument("--validate-only", action="store_true", help="check the request, create nothing")
+    c.set_defaults(run=lambda a: run(a, create))
+
+    ls = actions.add_parser("list", parents=[conn, js], help="list topics")
+    ls.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
+    ls.set_defaults(run=lambda a: run(a, list_))
+
+    d = actions.add_parser("describe", parents=[conn, js], help="partitions, leaders, replicas and configs")
+    d.add_argument("--topic", action="append", default=[], help="a topic (repeatable; default: every topic)")
+    d.add_argument("--exclude-internal", action="store_true")
+    d.set_defaults(run=lambda a: run(a, describe))
+
+    al = actions.add_parser("alter", parents=[conn, js], help="add partitions or change configs")
+    al.add_argument("--topic", required=True)
+    al.add_argument("--partitions", type=positive_int, help="the new total number of partitions")
+    al.add_argument("--add-config", "--config", action="append", default=[], metavar="K=V[,K2=V2]",
+                    help="set topic configs (repeatable)")
+    al.add_argument("--delete-config", action="append", default=[], metavar="K[,K2]",
+                    help="remove topic config overrides (repeatable)")
+    al.set_defaults(run=lambda a: run(a, alter))
+
+    rm = actions.add_parser("delete", parents=[conn, js], help="delete topics")
+    rm.add_argument("--topic", action="append", required=True, help="a topic (repeatable)")
+    rm.add_argument("--if-exists", action="store_true", help="succeed if a topic does not exist")
+    rm.set_defaults(run=lambda a: run(a, delete))
+
+
+def _admin(args):
+    from odradek.client.admin import Admin
+    return Admin(admin_config(args))
+
+
+async def create(args) -> int:
+    from odradek.client.admin_types import AdminError, NewTopic
+    from odradek.protocol.error_codes import ErrorCode
+
+    configs = parse_key_values(args.config, "--config")
+    async with _admin(args) as admin:
+        try:
+            created = await admin.create_topics(
+                [NewTopic(args.topic, args.partitions, args.replication_factor, configs)],
+                validate_only=args.validate_only)
+        except AdminError as e:
+            if args.if_not_exists and e.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                created = None
+            else:
+                raise
+    t = created[args.topic] if created else None
+    if args.json:
+        print_json({"topic": args.topic, "created": t is not None and not args.validate_only,
+                    "validate_only": args.validate_only,
+                    "topic_id": None if t is None else t.topic_id,
+                    "partitions": None if t is None else t.num_partitions,
+                    "replication_factor": None if t is None else t.replication_factor})
+    elif t is None:
+        say(f"Topic {args.topic} already exists.")
+    elif args.validate_only:
+        say(f"Topic {args.topic} can be created ({t.num_partitions} partitions, replication factor "
+            f"{t.replication_factor}); nothing was created (--validate-only).")
+    else:
+        say(f"Created topic {args.topic}.")
+    return 0
+
+
+async def list_(args) -> int:
+    async with _admin(args) as admin:
+        topics = await admin.list_topics(include_internal=not args.exclude_internal)
+    if args.json:
+        print_json([{"name": t.name, "topic_id": t.topic_id, "partitions": t.partitions, "internal": t.is_internal}
+                    for t in topics.values()])
+    else:
+        print_table(["TOPIC", "PARTITIONS", "INTERNAL"],
+                    [(t.name, t.partitions, "yes" if t.is_internal else "") for t in topics.values()])
+    return 0
+
+
+async def describe(args) -> int:
+    from odradek.client.admin_types import ConfigResource, ConfigSource
+
+    async with _admin(args) as admin:
+        names = args.topic or list(await admin.list_topics(include_internal=not args.exclude_internal))
+        described = await admin.describe_topics(names) if names else {}
+        configs = await admin.describe_configs([ConfigResource.topic(n) for n in names]) if names else {}
+    out = []
+    for name, t in described.items():
+        overrides = {k: e.value for k, e in configs[ConfigResource.topic(name)].items()
+                     if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+        rf = max((len(p.replicas) for p in t.partitions), default=0)
+        out.append({"name": name, "topic_id": t.topic_id, "internal": t.is_internal, "partition_count": len(t.partitions),
+                    "replication_factor": rf, "configs": overrides,
+                    "partitions": [{"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                                    "replicas": p.replicas, "isr": p.isr, "offline_replicas": p.offline_replicas}
+                                   for p in t.partitions]})
+    if args.json:
+        print_json(out)
+        return 0
+    for t in out:
+        cfg = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items()))
+        title = (f"Topic: {t['name']}  TopicId: {t['topic_id']}  PartitionCount: {t['partition_count']}  "
+                 f"ReplicationFactor: {t['replication_factor']}  Configs: {cfg}")
+        print_table(["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE"],
+                    [(p["partition"], "none" if p["leader"] < 0 else p["leader"], _ids(p["replicas"]), _ids(p["isr"]),
+                      _ids(p["offline_replicas"])) for p in t["partitions"]], title=title)
+    return 0
+
+
+def _ids(ids) -> str:
+    return ",".join(map(str, ids))
+
+
+async def alter(args) -> int:
+    from odradek.client.admin_types import AlterConfigOp, AlterConfigOpType, ConfigResource
+
+    sets = parse_config_list(args.add_config)
+    deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
+    if args.partitions is None and not sets and not deletes:
+        raise CliError("nothing to alter: give --partitions, --add-config or --delete-config", 2)
+    done = []
+    async with _admin(args) as admin:
+        await admin.describe_topics([args.topic])   # an unknown topic fails here, before any change
+        if args.partitions is not None:
+            await admin.create_partitions({args.topic: args.partitions})
+            done.append(f"partitions={args.partitions}")
+        if sets or deletes:
+            ops = [AlterConfigOp(k, v) for k, v in sets.items()]
+            ops += [AlterConfigOp(k, None, AlterConfigOpType.DELETE) for k in deletes]
+            await admin.incremental_alter_configs({ConfigResource.topic(args.topic): ops})
+            done += [f"{k}={v}" for k, v in sets.items()] + [f"-{k}" for k in deletes]
+    if args.json:
+        print_json({"topic": args.topic, "partitions": args.partitions, "set": sets, "deleted": deletes})
+    else:
+        say(f"Altered topic {args.topic}: {', '.join(done)}.")
+    return 0
+
+
+async def delete(args) -> int:
+    from odradek.client.admin_types import AdminError
+    from odradek.protocol.error_codes import ErrorCode
+
+    async with _admin(args) as admin:
+        try:
+            await admin.delete_topics(args.topic)
+            missing = []
+        except AdminError as e:
+            failed = {k: v for k, v in e.results.items() if isinstance(v, AdminError)}
+            if not args.if_exists or any(v.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for v in failed.values()):
+                raise
+            missing = list(failed)
+    deleted = [t for t in args.topic if t not in missing]
+    if args.json:
+        print_json({"deleted": deleted, "missing": missing})
+    else:
+        for t in deleted:
+            say(f"Deleted topic {t}.")
+    return 0
