@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from odradek.cluster.topics import INTERNAL_TOPICS
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import produce as m
 from odradek.server.log_validator import (
@@ -26,6 +27,8 @@ from odradek.storage.errors import StorageError
 from odradek.storage.producer_state import ProducerStateError
 
 log = logging.getLogger("odradek.produce")
+
+ADMIN_CLIENT_ID = "__admin_client"  # the one client id Kafka lets write internal topics
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> m.PartitionProduceResponse:
@@ -68,6 +71,11 @@ async def handle_produce(ctx, request: m.ProduceRequest) -> m.ProduceResponse | 
                 continue
             if not part.is_leader:
                 out.append(_error(pd.index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
+                continue
+            if name in INTERNAL_TOPICS and ctx.header.client_id != ADMIN_CLIENT_ID:
+                # Only the coordinators write their own topics (Kafka: internalTopicsAllowed).
+                out.append(_error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                  f"Cannot append to internal topic {name}"))
                 continue
             try:
                 rules = topic_rules(broker, name)
