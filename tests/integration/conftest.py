@@ -251,3 +251,22 @@ def pytest_runtest_makereport(item, call):
         state = f"pid {b.proc.pid}, " + ("running" if b.running else f"exited {b.proc.returncode}") \
             if b.proc else "never started"
         report.sections.append((f"broker {b.name} ({state}) log", text or "(empty)"))
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    """confluent-kafka's AdminClient on the module's broker."""
+    from confluent_kafka.admin import AdminClient
+
+    from .clients import confluent_config
+    return AdminClient(confluent_config(broker.bootstrap))
+
+
+@pytest.fixture(scope="module")
+def kadmin(broker):
+    """kafka-python's KafkaAdminClient on the module's broker."""
+    from kafka import KafkaAdminClient
+
+    k = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    yield k
+    k.close()

@@ -21,18 +21,6 @@ BROKER_OVERRIDES = {"log.retention.hours": "100", "log.retention.check.interval.
 MS_100_HOURS = str(100 * 3_600_000)
 
 
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient(confluent_config(broker.bootstrap))
-
-
-@pytest.fixture(scope="module")
-def kadmin(broker):
-    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
-    yield a
-    a.close()
-
-
 def kp_send(kadmin, request):
     """Send one request with kafka-python's encoder (for what its admin API cannot ask, such as the
     cluster-default broker resource "")."""

@@ -23,18 +23,6 @@ from .clients import (
 )
 
 
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient(confluent_config(broker.bootstrap))
-
-
-@pytest.fixture(scope="module")
-def kadmin(broker):
-    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
-    yield a
-    a.close()
-
-
 def create(admin, name: str, partitions: int = 1, **config) -> None:
     admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(timeout=10)
 

@@ -20,18 +20,6 @@ from .clients import Msg, confluent_config, consume_confluent, kcat_path, produc
 BROKER_OVERRIDES = {"num.partitions": "2"}
 
 
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient(confluent_config(broker.bootstrap))
-
-
-@pytest.fixture(scope="module")
-def kadmin(broker):
-    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
-    yield a
-    a.close()
-
-
 def outcome(futures: dict) -> dict:
     """{key: None on success, else the KafkaError}."""
     out = {}

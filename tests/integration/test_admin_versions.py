@@ -20,13 +20,6 @@ TOPIC_CONFIG, DEFAULT_CONFIG = 1, 5
 LONG = 5
 
 
-@pytest.fixture(scope="module")
-def kadmin(broker):
-    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
-    yield a
-    a.close()
-
-
 def send(kadmin, request_class, version: int, **fields):
     request = request_class(**fields, min_version=version, max_version=version)
 

@@ -10,11 +10,6 @@ from .cli_support import new_name, odradek, unreachable
 from .clients import confluent_config
 
 
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient(confluent_config(broker.bootstrap))
-
-
 def theirs(admin, kind: str, name: str) -> dict:
     res = ConfigResource(kind, name)
     return admin.describe_configs([res])[res].result(timeout=20)

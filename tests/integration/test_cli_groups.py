@@ -18,11 +18,6 @@ BASE_TS = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient(confluent_config(broker.bootstrap))
-
-
-@pytest.fixture(scope="module")
 def topic(broker, admin):
     """Two partitions of 10 records each; record i of a partition has timestamp BASE_TS + i * 1000."""
     t = new_name("cli-groups")

@@ -20,11 +20,6 @@ from .conftest import odradek_command
 BROKER_OVERRIDES = {"num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
 
 
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient(confluent_config(broker.bootstrap))
-
-
 def make_topic(admin, prefix: str, partitions: int = 1) -> str:
     t = new_name(prefix)
     admin.create_topics([NewTopic(t, partitions, 1)])[t].result(timeout=20)

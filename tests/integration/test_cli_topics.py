@@ -13,11 +13,6 @@ from .clients import confluent_config, wait_until
 BROKER_OVERRIDES = {"num.partitions": "2"}
 
 
-@pytest.fixture(scope="module")
-def admin(broker):
-    return AdminClient(confluent_config(broker.bootstrap))
-
-
 def topic_configs(admin, topic: str) -> dict:
     res = ConfigResource("TOPIC", topic)
     return {k: v.value for k, v in admin.describe_configs([res])[res].result(timeout=20).items()}

@@ -44,13 +44,6 @@ def ours(broker):
         yield a
 
 
-@pytest.fixture(scope="module")
-def kadmin(broker):
-    k = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
-    yield k
-    k.close()
-
-
 def their_error(future) -> str | None:
     """The Kafka error name of a confluent future's failure (or of its first failed partition), None on
     success. librdkafka has its own names for some codes (TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PART), so
