@@ -110,6 +110,9 @@ class Broker:
         return LogManagerConfig(
             log_dirs=tuple(c.log_dirs),
             retention_check_interval_ms=c.get("log.retention.check.interval.ms"),
+            recovery_point_checkpoint_interval_ms=c.get("log.flush.offset.checkpoint.interval.ms"),
+            log_start_offset_checkpoint_interval_ms=c.get("log.flush.start.offset.checkpoint.interval.ms"),
+            high_watermark_checkpoint_interval_ms=c.get("replica.high.watermark.checkpoint.interval.ms"),
             log_defaults=self.log_config_for(None),
         )
 

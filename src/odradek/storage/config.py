@@ -1,10 +1,10 @@
 """Per-log and log-manager settings, with Kafka's names and defaults.
 
 `LogConfig` holds the topic-level settings a partition log obeys; `LogConfig.from_properties` reads the
-topic-level names (`segment.bytes`, `retention.ms`, ...), `LogConfig.from_broker_properties` the
-broker-level defaults (`log.segment.bytes`, `log.roll.hours`, `log.retention.hours`, ...).
-`LogManagerConfig` holds the broker-wide intervals of the periodic tasks. Unknown keys are ignored here;
-reporting them is the server's job, which knows every key.
+topic-level names (`segment.bytes`, `retention.ms`, ...). `LogManagerConfig` holds the broker-wide
+intervals of the periodic tasks. Broker keys, their synonyms and precedence (`log.retention.hours` and
+friends) belong to `odradek.server.config`, which resolves a topic's effective values and hands them
+here by their topic-level names.
 """
 
 from __future__ import annotations
@@ -30,22 +30,6 @@ _TOPIC_KEYS = {
 
 # Broker-level name -> (LogConfig field, multiplier to the field's unit). Earlier names win, as in Kafka
 # (log.roll.ms over log.roll.hours, log.retention.ms over .minutes over .hours).
-_BROKER_KEYS = [
-    ("log.segment.bytes", "segment_bytes", 1),
-    ("log.roll.ms", "segment_ms", 1),
-    ("log.roll.hours", "segment_ms", 3_600_000),
-    ("log.index.size.max.bytes", "segment_index_bytes", 1),
-    ("log.index.interval.bytes", "index_interval_bytes", 1),
-    ("log.retention.ms", "retention_ms", 1),
-    ("log.retention.minutes", "retention_ms", 60_000),
-    ("log.retention.hours", "retention_ms", 3_600_000),
-    ("log.retention.bytes", "retention_bytes", 1),
-    ("log.flush.interval.messages", "flush_messages", 1),
-    ("log.flush.interval.ms", "flush_ms", 1),
-    ("log.segment.delete.delay.ms", "file_delete_delay_ms", 1),
-]
-
-
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     segment_bytes: int = 1024 * 1024 * 1024
@@ -87,18 +71,6 @@ class LogConfig:
             changes["cleanup_policy"] = _policy(props["cleanup.policy"])
         return replace(self, **changes)
 
-    @classmethod
-    def from_broker_properties(cls, props: Mapping[str, str]) -> LogConfig:
-        """The broker-wide defaults from server.properties (`log.segment.bytes`, ...)."""
-        changes: dict[str, object] = {}
-        for key, name, unit in _BROKER_KEYS:
-            if key in props and name not in changes:
-                value = int(props[key])
-                changes[name] = value * unit if value >= 0 else value
-        if "log.cleanup.policy" in props:
-            changes["cleanup_policy"] = _policy(props["log.cleanup.policy"])
-        return cls(**changes)
-
 
 @dataclass(frozen=True, slots=True)
 class LogManagerConfig:
@@ -116,25 +88,6 @@ class LogManagerConfig:
                      "log_start_offset_checkpoint_interval_ms",
                      "high_watermark_checkpoint_interval_ms"):
             _check(getattr(self, name) >= 1, name, getattr(self, name))
-
-    @classmethod
-    def from_broker_properties(cls, props: Mapping[str, str]) -> LogManagerConfig:
-        dirs = props.get("log.dirs") or props.get("log.dir") or "/tmp/kafka-logs"
-        changes: dict[str, object] = {
-            "log_dirs": tuple(d.strip() for d in dirs.split(",") if d.strip()),
-            "log_defaults": LogConfig.from_broker_properties(props),
-        }
-        for key, name in (
-            ("log.retention.check.interval.ms", "retention_check_interval_ms"),
-            ("log.flush.offset.checkpoint.interval.ms", "recovery_point_checkpoint_interval_ms"),
-            ("log.flush.start.offset.checkpoint.interval.ms",
-             "log_start_offset_checkpoint_interval_ms"),
-            ("replica.high.watermark.checkpoint.interval.ms",
-             "high_watermark_checkpoint_interval_ms"),
-        ):
-            if key in props:
-                changes[name] = int(props[key])
-        return cls(**changes)
 
 
 def _policy(value: str) -> tuple[str, ...]:

@@ -13,20 +13,6 @@ def test_kafka_defaults():
     assert m.retention_check_interval_ms == 300000
 
 
-def test_broker_properties():
-    m = LogManagerConfig.from_broker_properties({
-        "log.dirs": "/a, /b", "log.retention.hours": "1", "log.roll.ms": "5000",
-        "log.roll.hours": "3", "log.segment.bytes": "1048576", "log.retention.bytes": "-1",
-        "log.cleanup.policy": "compact,delete", "log.retention.check.interval.ms": "1000"})
-    assert m.log_dirs == ("/a", "/b")
-    assert m.retention_check_interval_ms == 1000
-    d = m.log_defaults
-    assert (d.retention_ms, d.segment_ms, d.segment_bytes) == (3_600_000, 5000, 1048576)
-    assert d.cleanup_policy == ("compact", "delete") and d.deletes_by_retention
-    assert LogConfig.from_broker_properties({"log.retention.ms": "-1",
-                                             "log.retention.hours": "5"}).retention_ms == -1
-
-
 def test_topic_overrides():
     c = LogConfig().from_properties({"retention.ms": "1000", "segment.bytes": "5000",
                                      "cleanup.policy": "compact"})
