@@ -1,0 +1,164 @@
+"""Writing to topics, batch and streaming: Spark's Kafka sink on Arrow writers.
+
+Columns (Spark's Kafka sink): `value` (binary or string, required; null is a tombstone), `key`
+(binary or string, optional), `topic` (string; the `topic` option overrides it), `partition` (int,
+optional: else murmur2 of the key, else sticky for keyless rows), `headers`
+(array<struct<key string, value binary>>, optional). Every `kafka.*` option goes to the producer.
+
+Each task opens its own producer, writes its rows as whole record batches (`encode`), and reports
+success only after every batch is acknowledged (acks=all by default): at-least-once. A task that
+fails and is retried may write some records twice; nothing is lost. `commit`/`abort` have nothing to
+do: Kafka has no staged writes outside transactions.
+
+Whole batches need the client to take pre-built batches; when it cannot (idempotence or compression
+asked for, or records of 1 MiB and more), rows go through the client's per-record `send`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from odradek.spark import encode as enc
+from odradek.spark.options import OptionError, WriteOptions
+
+
+def check_mode(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError("Save mode Overwrite not allowed for Kafka. Allowed save modes are Append and "
+                          "ErrorIfExists (default).")
+
+
+@dataclass
+class WriteResult(WriterCommitMessage):
+    records: int
+    batches: int
+
+
+class _TaskWriter:
+    """One task's writes."""
+
+    def __init__(self, opts: WriteOptions) -> None:
+        from odradek.spark.kafka import Sink
+        self.opts = opts
+        self.sink = Sink(opts.client)
+        self.raw = self.sink.raw and not _asks_for_client_path(self.sink.producer)
+        self.sticky: dict[str, int] = {}
+        self.rng = random.Random()
+        self.records = 0
+        self.batches = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        topic, key, value, headers, partition = enc.normalize(batch, self.opts.topic)
+        names, codes = enc.topic_codes(topic, self.opts.topic, n)
+        counts = np.array([self.sink.partition_count(t) for t in names], np.int64)
+        parts = self._partitions(names, codes, counts, key, partition)
+        if self.raw:
+            try:
+                out = enc.encode(names, codes, parts, key, value, headers, int(time.time() * 1000),
+                                 self.sink.batch_size)
+            except enc.EncodeError:
+                out = None
+            if out is not None:
+                for b in out:
+                    self.sink.send_batch(b.topic, b.partition, b.data, b.records)
+                self.records += n
+                self.batches += len(out)
+                return
+        rows = zip((names[c] for c in codes.tolist()), parts.tolist(), key.to_pylist(), value.to_pylist(),
+                   headers.to_pylist() if headers is not None else [None] * n)
+        self.sink.send_records((t, p, k, v, [(h["key"], h["value"]) for h in hs] if hs else None)
+                               for t, p, k, v, hs in rows)
+        self.records += n
+
+    def _partitions(self, names, codes, counts, key: pa.Array, partition) -> np.ndarray:
+        n = len(codes)
+        per_row = counts[codes]
+        if partition is not None:
+            parts = np.asarray(partition.cast(pa.int64()).fill_null(-1))
+        else:
+            parts = np.full(n, -1, np.int64)
+        todo = parts < 0
+        if todo.any():
+            keyed = todo & np.asarray(key.is_valid())
+            if keyed.any():
+                parts = np.where(keyed, enc.key_partitions(key, per_row), parts)
+            keyless = todo & ~keyed
+            if keyless.any():
+                for code in np.unique(codes[keyless]).tolist():
+                    rows = keyless & (codes == code)
+                    parts[rows] = self._sticky(names[code], int(counts[code]))
+        bad = (parts < 0) | (parts >= per_row)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise enc.EncodeError(f"partition {int(parts[i])} of topic {names[codes[i]]} does not exist "
+                                  f"({int(per_row[i])} partitions)")
+        return parts.astype(np.int32)
+
+    def _sticky(self, topic: str, count: int) -> int:
+        """KIP-480: keyless rows of one Arrow batch go to one partition, the next batch to another."""
+        p = self.sticky.get(topic)
+        p = self.rng.randrange(count) if p is None else (p + 1) % count
+        self.sticky[topic] = p
+        return p
+
+    def finish(self) -> WriteResult:
+        try:
+            self.sink.flush()
+        finally:
+            self.sink.close()
+        return WriteResult(self.records, self.batches)
+
+    def fail(self) -> None:
+        try:
+            self.sink.close()
+        except Exception:   # the task's own error matters more
+            pass
+
+
+def _asks_for_client_path(producer) -> bool:
+    c = producer.config
+    return bool(c.get("enable.idempotence")) or bool(c.get("compression.type"))
+
+
+def write_all(opts: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+    w = _TaskWriter(opts)
+    try:
+        for batch in iterator:
+            w.write(batch)
+    except BaseException:
+        w.fail()
+        raise
+    return w.finish()
+
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        return write_all(self.opts, iterator)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
+        return write_all(self.opts, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        pass
+
+    def abort(self, messages, batchId: int) -> None:
+        pass
