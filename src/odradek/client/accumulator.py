@@ -7,7 +7,10 @@ exhausted (someone waits for space), or when it is a retry whose `retry.backoff.
 
 Memory: every appended record is charged its encoded size estimate against `buffer.memory`, released
 when its batch completes; `reserve()` waits (up to a deadline) while the buffer is full, which is how
-`send()` blocks for at most `max.block.ms`. Batches older than `delivery.timeout.ms` that are still
+`send()` blocks for at most `max.block.ms`. The batch taking a topic's keyless records is charged in
+advance (`grant`: what batch.size and the free buffer allow) and the producer spends that `room` per
+record; the unspent rest goes back when the batch closes, when the producer appends to it otherwise, or
+when someone must wait for memory (`revoke`). Batches older than `delivery.timeout.ms` that are still
 queued are expired (`expire`).
 
 Idempotence: with `guarantee_order` a partition has at most one batch in flight (`muted`), so
@@ -20,8 +23,9 @@ import asyncio
 import collections
 from typing import Iterable
 
-from odradek.client.batch import FastRecordBatchBuilder, ProducerBatch
+from odradek.client.batch import ProducerBatch
 from odradek.client.errors import KafkaTimeoutError
+from odradek.records.builder import RecordBatchBuilder
 from odradek.records.header import NO_SEQUENCE
 
 RECORD_OVERHEAD = 21  # length, attributes, deltas, key and value lengths, header count (upper bound)
@@ -65,6 +69,7 @@ class RecordAccumulator:
     async def reserve(self, size: int, deadline_ms: float, now_ms) -> None:
         """Wait until `size` more bytes fit in buffer.memory, or raise KafkaTimeoutError at the deadline."""
         self._waiting += 1
+        self.revoke_all()
         try:
             while self.used_bytes + size > self.buffer_memory:
                 left = deadline_ms - now_ms()
@@ -89,6 +94,29 @@ class RecordAccumulator:
     def exhausted(self) -> bool:
         return self._waiting > 0
 
+    def grant(self, b: ProducerBatch) -> None:
+        """Charge open batch b in advance with all batch.size and the free buffer still allow; the
+        producer spends `b.room` per record without asking again. Not while someone waits for memory."""
+        credit = min(self.batch_size - b.size_bytes, self.buffer_memory - self.used_bytes)
+        if credit > 0 and not self._waiting and not b.closed:
+            b.room += credit
+            b.size_bytes += credit
+            self.used_bytes += credit
+
+    def revoke(self, b: ProducerBatch) -> None:
+        """Give back what b was charged in advance and has not spent."""
+        room = b.room
+        if room:
+            b.room = 0
+            b.size_bytes -= room
+            self.release(room)
+
+    def revoke_all(self) -> None:
+        for ot in self.open.values():
+            for b in ot.values():
+                if b.room:
+                    self.revoke(b)
+
     # ------------------------------------------------------------------------------------ append
     def open_batch(self, topic: str, partition: int) -> ProducerBatch | None:
         ot = self.open.get(topic)
@@ -96,6 +124,7 @@ class RecordAccumulator:
 
     def close_batch(self, b: ProducerBatch) -> None:
         """No more appends to b."""
+        self.revoke(b)
         b.closed = True
         ot = self.open.get(b.topic)
         if ot is not None and ot.get(b.partition) is b:
@@ -108,7 +137,7 @@ class RecordAccumulator:
             q = self.queues[tp] = collections.deque()
         elif q and not q[-1].closed:
             self.close_batch(q[-1])
-        b = ProducerBatch(topic, partition, FastRecordBatchBuilder(compression=self.compression),
+        b = ProducerBatch(topic, partition, RecordBatchBuilder(compression=self.compression),
                           now_ms, now_ms + self.delivery_timeout_ms, self.loop)
         q.append(b)
         self.open.setdefault(topic, {})[partition] = b
@@ -165,7 +194,7 @@ class RecordAccumulator:
                 continue
             if not (force or b.closed or len(q) > 1 or b.attempts or now_ms - b.created_ms >= self.linger_ms):
                 continue
-            n = len(b.built) if b.built is not None else b.size_bytes
+            n = len(b.built) if b.built is not None else b.size_bytes - b.room
             if out and size + n > max_request_size:
                 break
             q.popleft()
@@ -194,6 +223,7 @@ class RecordAccumulator:
         """Bookkeeping once `b.complete()` has run."""
         self.incomplete.discard(b)
         self.muted.discard((b.topic, b.partition))
+        b.room = 0   # released with the rest
         self.release(b.size_bytes)
 
     def expire(self, now_ms: float) -> list[ProducerBatch]:
@@ -201,7 +231,10 @@ class RecordAccumulator:
         out = []
         for q in self.queues.values():
             while q and q[0].deadline_ms <= now_ms and not q[0].in_flight:
-                out.append(q.popleft())
+                b = q.popleft()
+                if not b.closed:
+                    self.close_batch(b)
+                out.append(b)
         return out
 
     def abort_all(self) -> list[ProducerBatch]:

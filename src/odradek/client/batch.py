@@ -1,11 +1,9 @@
 """A producer batch: records for one partition, built with `RecordBatchBuilder`, and its outcome.
 
-`FastRecordBatchBuilder` is `odradek.records.builder.RecordBatchBuilder` with a faster `append` for the
-producer's common case (no explicit offset): varints come from a table instead of being computed, and
-each record is one join. It writes exactly the bytes the base class writes (tests compare them) and
-falls back to the base class for anything unusual. It relies on the builder's private state
-(`_records`, `_count`, `_last_offset_delta`, `_base_timestamp`, `_max_timestamp`); the fast path
-belongs in `odradek.records` eventually.
+Records are encoded as they are appended (`RecordBatchBuilder.append_plain` for the common record) into
+the builder's buffer, which is sent without another copy (`build(copy=False)`). `room` is what the
+producer may still append without asking the accumulator: bytes charged to buffer.memory in advance
+(see `RecordAccumulator.grant`), so appending a keyless record costs no accumulator bookkeeping.
 
 Each record gets a `DeliveryFuture`: a small object that points at its batch and index, as the Java
 client's FutureRecordMetadata does, so there is one asyncio future per batch, not per record.
@@ -21,68 +19,8 @@ from odradek.records.builder import RecordBatchBuilder
 
 log = logging.getLogger("odradek.client.producer")
 
-_TABLE_SIZE = 1 << 14
-
-
-def _uvarint(u: int) -> bytes:
-    if u < 0x200000:
-        if u < 0x4000:
-            return bytes((u & 0x7F | 0x80, u >> 7)) if u >= 0x80 else bytes((u,))
-        return bytes((u & 0x7F | 0x80, (u >> 7) & 0x7F | 0x80, u >> 14))
-    out = bytearray()
-    while u >= 0x80:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
-_UV = [_uvarint(i) for i in range(_TABLE_SIZE)]
-
-
-_BYTES = (bytes, bytearray)
-
-
-class FastRecordBatchBuilder(RecordBatchBuilder):
-    __slots__ = ()
-
-    def append(self, key, value, *, headers=(), timestamp: int = -1, offset: int | None = None) -> int:
-        if (offset is not None or headers or (key is not None and type(key) not in _BYTES)
-                or (value is not None and type(value) not in _BYTES)):
-            return super().append(key, value, headers=headers, timestamp=timestamp, offset=offset)
-        return self.append_plain(key, value, timestamp)
-
-    def append_plain(self, key, value, timestamp: int) -> int:
-        """append() for a record without headers whose key and value are bytes, bytearray or None."""
-        od = self._last_offset_delta + 1
-        base = self._base_timestamp
-        if base is None:
-            base = self._base_timestamp = timestamp
-        td = timestamp - base
-        u = td << 1 if td >= 0 else ((-td) << 1) - 1
-        o = od << 1
-        if key is None:
-            kb = b"\x01"
-        else:
-            ksize = len(key) << 1
-            kb = (_UV[ksize] if ksize < _TABLE_SIZE else _uvarint(ksize)) + key
-        if value is None:
-            rec = b"".join((b"\x00", _UV[u] if u < _TABLE_SIZE else _uvarint(u),
-                            _UV[o] if o < _TABLE_SIZE else _uvarint(o), kb, b"\x01\x00"))
-        else:
-            vsize = len(value) << 1
-            rec = b"".join((b"\x00", _UV[u] if u < _TABLE_SIZE else _uvarint(u),
-                            _UV[o] if o < _TABLE_SIZE else _uvarint(o), kb,
-                            _UV[vsize] if vsize < _TABLE_SIZE else _uvarint(vsize), value, b"\x00"))
-        n = len(rec) << 1
-        records = self._records
-        records += _UV[n] if n < _TABLE_SIZE else _uvarint(n)
-        records += rec
-        self._count += 1
-        self._last_offset_delta = od
-        if timestamp > self._max_timestamp:
-            self._max_timestamp = timestamp
-        return self.base_offset + od
+# The builder's fast path now lives in RecordBatchBuilder (`append_plain`); the old name stays.
+FastRecordBatchBuilder = RecordBatchBuilder
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +39,7 @@ class ProducerBatch:
     """Records for one partition, from first append until the broker's answer (or failure)."""
 
     __slots__ = ("topic", "partition", "builder", "created_ms", "deadline_ms", "future", "callbacks",
-                 "size_bytes", "attempts", "retry_at_ms", "closed", "built", "base_offset",
+                 "size_bytes", "room", "attempts", "retry_at_ms", "closed", "built", "base_offset",
                  "log_append_time", "error", "done", "record_count", "sequenced", "in_flight")
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, created_ms: float,
@@ -113,7 +51,8 @@ class ProducerBatch:
         self.deadline_ms = deadline_ms
         self.future: asyncio.Future = loop.create_future()
         self.callbacks: list | None = None
-        self.size_bytes = 61           # accounted against buffer.memory
+        self.size_bytes = 61           # accounted against buffer.memory (room included)
+        self.room = 0                  # charged in advance, not appended yet
         self.attempts = 0
         self.retry_at_ms = 0.0
         self.closed = False            # no more appends
@@ -126,9 +65,16 @@ class ProducerBatch:
         self.sequenced = False         # carries a producer id and sequence (idempotence)
         self.in_flight = False
 
-    def build(self) -> bytes:
+    def add_callback(self, index: int, timestamp: int, key_size: int, value_size: int, cb) -> None:
+        """cb(error, metadata) for record `index` once the batch is done."""
+        if self.callbacks is None:
+            self.callbacks = []
+        self.callbacks.append((index, timestamp, key_size, value_size, cb))
+
+    def build(self):
+        """The batch's bytes (a view of the builder's buffer: no appends after this)."""
         if self.built is None:
-            self.built = self.builder.build()
+            self.built = self.builder.build(copy=False)
         return self.built
 
     def complete(self, base_offset: int, log_append_time: int = -1,
@@ -140,6 +86,7 @@ class ProducerBatch:
         self.log_append_time = log_append_time
         self.error = error
         self.builder = None  # type: ignore[assignment]  # free the records
+        self.built = None
         if error is None:
             self.future.set_result(None)
         else:

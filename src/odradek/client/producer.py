@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from time import time_ns
 
-from odradek.client.accumulator import RecordAccumulator, record_size
+from odradek.client.accumulator import RECORD_OVERHEAD, RecordAccumulator, record_size
 from odradek.client.batch import DeliveryFuture, ProducerBatch, RecordMetadata
 from odradek.client.cluster import STALE_METADATA_ERRORS, Cluster, now_ms
 from odradek.client.config import producer_config
@@ -41,7 +41,7 @@ from odradek.client.errors import (
     BrokerResponseError, BufferFullError, IllegalStateError, KafkaConnectionError, KafkaError,
     KafkaTimeoutError,
 )
-from odradek.client.partitioner import DefaultPartitioner, murmur2
+from odradek.client.partitioner import DefaultPartitioner, partition_for_key
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import init_producer_id as ipi, produce as pm
 
@@ -49,6 +49,7 @@ log = logging.getLogger("odradek.client.producer")
 
 PRODUCE_KEY = 0
 INIT_PRODUCER_ID_KEY = 22
+_new = object.__new__
 
 __all__ = ["Producer", "RecordMetadata", "DeliveryFuture"]
 
@@ -67,6 +68,7 @@ class Producer:
         part = c["partitioner"]
         self.partitioner = DefaultPartitioner(ignore_keys=c["partitioner.ignore.keys"])
         self._sticky = self.partitioner.sticky
+        self._keyless: dict[str, ProducerBatch] = {}   # topic -> open batch its keyless records join
         self._topics: dict = {}
         self._custom_partitioner = part
         self.cluster: Cluster | None = None
@@ -116,6 +118,7 @@ class Producer:
         if self._closed:
             return
         self._closed = True
+        self._keyless.clear()
         if self._sender is None:
             return
         self.acc.closing = True
@@ -146,25 +149,26 @@ class Producer:
 
         When the record filled a batch, yield to the event loop once, so the sender task ships full
         batches while the application keeps producing (the Java producer wakes its sender thread)."""
-        acc = self.acc
-        md = self._topics.get(topic)
-        if (key is None and partition is None and not headers and on_delivery is None and md is not None
-                and type(value) is bytes and self._custom_partitioner is None and not self._closed
-                and self._fatal is None):
+        b = self._keyless.get(topic)
+        if b is not None and key is None and partition is None and not headers and type(value) is bytes:
             # send_nowait's common case, repeated here: a call with keyword arguments costs as much.
-            size = 21 + len(value)
-            ot = acc.open.get(topic)
-            batch = ot.get(self._sticky.get(topic)) if ot is not None else None
-            if (batch is not None and batch.size_bytes + size <= acc.batch_size
-                    and acc.used_bytes + size <= acc.buffer_memory and not acc._waiting):
+            vsize = len(value)
+            room = b.room - vsize - RECORD_OVERHEAD
+            if room >= 0:
                 if timestamp_ms is None:
-                    timestamp_ms = int(time.time() * 1000)
-                index = batch.record_count
-                batch.builder.append_plain(None, value, timestamp_ms)
-                batch.record_count = index + 1
-                batch.size_bytes += size
-                acc.used_bytes += size
-                return DeliveryFuture(batch, index, timestamp_ms, -1, len(value))
+                    timestamp_ms = time_ns() // 1_000_000
+                index = b.builder.append_plain(None, value, timestamp_ms)
+                b.room = room
+                b.record_count = index + 1
+                if on_delivery is not None:
+                    b.add_callback(index, timestamp_ms, -1, vsize, on_delivery)
+                f = _new(DeliveryFuture)   # DeliveryFuture(b, index, ...) without __init__'s frame
+                f.batch = b
+                f.index = index
+                f.timestamp = timestamp_ms
+                f.key_size = -1
+                f.value_size = vsize
+                return f
         try:
             fut = self.send_nowait(topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
                                    headers=headers, on_delivery=on_delivery)
@@ -193,34 +197,40 @@ class Producer:
                     timestamp_ms: int | None = None, headers=None, on_delivery=None) -> DeliveryFuture:
         """`send` without waiting: BufferFullError when buffer.memory is full, KafkaError when the
         topic's metadata is not known yet (`await partitions_for(topic)` first)."""
+        b = self._keyless.get(topic)
+        if b is not None and key is None and partition is None and not headers and type(value) is bytes:
+            # The common case, flat: a keyless record joining its topic's sticky batch, whose room
+            # (buffer.memory charged in advance, within batch.size) it spends.
+            vsize = len(value)
+            room = b.room - vsize - RECORD_OVERHEAD
+            if room >= 0:
+                if timestamp_ms is None:
+                    timestamp_ms = time_ns() // 1_000_000
+                index = b.builder.append_plain(None, value, timestamp_ms)
+                b.room = room
+                b.record_count = index + 1
+                if on_delivery is not None:
+                    b.add_callback(index, timestamp_ms, -1, vsize, on_delivery)
+                f = _new(DeliveryFuture)   # DeliveryFuture(b, index, ...) without __init__'s frame
+                f.batch = b
+                f.index = index
+                f.timestamp = timestamp_ms
+                f.key_size = -1
+                f.value_size = vsize
+                return f
         md = self._topics.get(topic)
         if md is None or not md.partitions or self._closed or self._fatal is not None:
             self._check_open()
             self.cluster.add_topics([topic])
             self._wakeup.set()
             raise _NoMetadata(f"no metadata for topic {topic} yet; use send() or partitions_for() first")
-        if headers:
-            size = record_size(key, value, headers)
-        else:
-            size = 21 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        size = record_size(key, value, headers)
         acc = self.acc
-        if acc.used_bytes + size > acc.buffer_memory or acc._waiting:
-            self._check_size(size)
-            raise BufferFullError(f"buffer.memory ({self.acc.buffer_memory} bytes) is full")
-        if (key is None and partition is None and not headers and on_delivery is None
-                and self._custom_partitioner is None and type(value) is bytes):
-            # The common case, flattened: a keyless record joining the sticky partition's open batch.
-            ot = acc.open.get(topic)
-            batch = ot.get(self._sticky.get(topic)) if ot is not None else None
-            if batch is not None and batch.size_bytes + size <= acc.batch_size:
-                if timestamp_ms is None:
-                    timestamp_ms = int(time.time() * 1000)
-                index = batch.record_count
-                batch.builder.append_plain(None, value, timestamp_ms)
-                batch.record_count = index + 1
-                batch.size_bytes += size
-                acc.used_bytes += size
-                return DeliveryFuture(batch, index, timestamp_ms, -1, len(value))
+        if not acc.has_room(size):
+            acc.revoke_all()    # what the open batches were charged in advance
+            if not acc.has_room(size):
+                self._check_size(size)
+                raise BufferFullError(f"buffer.memory ({acc.buffer_memory} bytes) is full")
         return self._append(topic, md, value, key, partition, timestamp_ms, headers, on_delivery, size)
 
     def _append(self, topic, md, value, key, partition, timestamp_ms, headers, on_delivery,
@@ -228,7 +238,7 @@ class Producer:
         """Append to the partition's open batch (the hot path: keep it flat)."""
         acc = self.acc
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = time_ns() // 1_000_000
         keyless = False
         if partition is None:
             if self._custom_partitioner is not None:
@@ -239,44 +249,45 @@ class Producer:
                 if partition is None or partition >= len(md.partitions):
                     partition = self.partitioner.partition(topic, None, len(md.partitions), md.available)
             else:
-                partition = (murmur2(key) & 0x7FFFFFFF) % len(md.partitions)
+                partition = partition_for_key(key, len(md.partitions))
         elif not 0 <= partition < len(md.partitions):
             raise KafkaError(f"partition {partition} of topic {topic} does not exist "
                              f"({len(md.partitions)} partitions)")
-        ot = acc.open.get(topic)
-        batch = ot.get(partition) if ot is not None else None
-        if batch is not None and batch.size_bytes + size > acc.batch_size and batch.record_count:
-            acc.close_batch(batch)
-            self._wakeup.set()
-            self._batch_full = True
-            batch = None
+        batch = acc.open_batch(topic, partition)
+        if batch is not None:
+            acc.revoke(batch)
+            if batch.size_bytes + size > acc.batch_size and batch.record_count:
+                acc.close_batch(batch)
+                self._wakeup.set()
+                self._batch_full = True
+                batch = None
         if batch is None:
             if keyless:   # KIP-480: a new batch moves the sticky partition on
                 n = len(md.partitions)
                 self.partitioner.on_new_batch(topic, partition, n, md.available)
                 partition = self.partitioner.partition(topic, None, n, md.available)
                 batch = acc.open_batch(topic, partition)
-                if batch is not None and batch.size_bytes + size > acc.batch_size and batch.record_count:
-                    acc.close_batch(batch)
-                    batch = None
+                if batch is not None:
+                    acc.revoke(batch)
+                    if batch.size_bytes + size > acc.batch_size and batch.record_count:
+                        acc.close_batch(batch)
+                        batch = None
             if batch is None:
                 self._check_size(size)
                 batch = acc.new_batch(topic, partition, now_ms())
                 self._wakeup.set()
         index = batch.record_count
-        if headers:
-            batch.builder.append(key, value, headers=headers, timestamp=timestamp_ms)
-        else:
-            batch.builder.append(key, value, timestamp=timestamp_ms)
+        batch.builder.append(key, value, headers=headers or (), timestamp=timestamp_ms)
         batch.record_count = index + 1
         batch.size_bytes += size
         acc.used_bytes += size
+        if keyless:   # later keyless records take send's fast path, paid for in advance
+            self._keyless[topic] = batch
+            acc.grant(batch)
         fut = DeliveryFuture(batch, index, timestamp_ms, -1 if key is None else len(key),
                              -1 if value is None else len(value))
         if on_delivery is not None:
-            if batch.callbacks is None:
-                batch.callbacks = []
-            batch.callbacks.append((index, timestamp_ms, fut.key_size, fut.value_size, on_delivery))
+            batch.add_callback(index, timestamp_ms, fut.key_size, fut.value_size, on_delivery)
         return fut
 
     def _check_size(self, size: int) -> None:
@@ -362,6 +373,7 @@ class Producer:
         except BaseException as e:
             log.exception("producer sender failed")
             self._fatal = e
+            self._keyless.clear()
             for b in list(acc.incomplete):
                 self._finish(b, -1, -1, KafkaError(f"producer sender failed: {e}"))
             raise

@@ -1,13 +1,19 @@
 """Building a v2 record batch (layout: `header` and `batch`; seed 004, "Message sets").
 
-The builder collects encoded records in one bytearray, compresses that once, writes the 61-byte header
-in front and the CRC-32C over attributes..end last, as the Java client's MemoryRecordsBuilder does:
+The builder encodes records into one bytearray that starts with room for the 61-byte header, compresses
+them once, writes the header in front and the CRC-32C over attributes..end last, as the Java client's
+MemoryRecordsBuilder does:
 
 - base_timestamp is the first record's timestamp; deltas may be negative (zig-zag varlongs);
 - max_timestamp is the largest record timestamp, or `log_append_time` for LogAppendTime batches;
 - offsets default to base_offset + 0, 1, 2, ...; explicit offsets must increase (gaps are allowed, as
   compaction and conversions produce them); last_offset_delta is the last record's delta;
 - an empty batch has base and max timestamp -1 (NO_TIMESTAMP) and last_offset_delta 0 unless given.
+
+The common record (no headers, next offset, key and value bytes or None: what producers mostly append)
+takes `append_plain`, whose varints come from a table and which writes each record with one join; any
+other record takes `encode_record`. Both write the same bytes. `build(copy=False)` hands out the
+uncompressed batch without copying it (the producer's path).
 
 Builder misuse (out-of-range fields, decreasing offsets, wrong types) raises ValueError or TypeError:
 that is a programming error, not malformed input.
@@ -24,12 +30,16 @@ from odradek.records.header import (
     ATTRIBUTES_OFFSET, CONTROL_MASK, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,
 )
-from odradek.records.varint import encode_varint, encode_varlong
+from odradek.records.varint import UVARINT_TABLE_SIZE, UVARINTS, encode_uvarint, encode_varint, encode_varlong
 
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
 _U32 = struct.Struct(">I")
 _NULL = encode_varint(-1)
 _BYTE_LIKE = (bytes, bytearray, memoryview)
+_PLAIN = (bytes, bytearray, type(None))   # key and value types append_plain takes
+_UV = UVARINTS
+_SMALL = UVARINT_TABLE_SIZE // 2   # zig-zag doubles: offset deltas below this come from the table
+_NO_BASE = 1 << 64    # base timestamp before the first record: no int64 timestamp is this far from it
 
 
 def _encode_bytes(data) -> bytes:
@@ -77,62 +87,107 @@ class RecordBatchBuilder:
         self.is_control = is_control
         self.partition_leader_epoch = partition_leader_epoch
         self.log_append_time = log_append_time
-        self._records = bytearray()
-        self._count = 0
+        self._buf = bytearray(HEADER_SIZE)   # the header, written by build(), then the records
         self._last_offset_delta = -1
-        self._base_timestamp: int | None = None
+        self._skipped = 0                    # offsets left out by explicit offsets
+        self._base_timestamp = _NO_BASE
         self._max_timestamp = -1
 
     def __len__(self) -> int:
-        return self._count
+        return self._last_offset_delta + 1 - self._skipped
 
     @property
     def uncompressed_size(self) -> int:
         """Bytes of the batch if it were built uncompressed now (for batch.size decisions)."""
-        return HEADER_SIZE + len(self._records)
+        return len(self._buf)
 
     @property
     def next_offset(self) -> int:
         return self.base_offset + self._last_offset_delta + 1
 
+    @property
+    def base_timestamp(self) -> int:
+        return -1 if self._base_timestamp == _NO_BASE else self._base_timestamp
+
     def append(self, key, value, *, headers=(), timestamp: int = -1, offset: int | None = None) -> int:
         """Append one record; return its offset."""
+        if offset is None and not headers and type(key) in _PLAIN and type(value) in _PLAIN:
+            return self.append_plain(key, value, timestamp)
         if offset is None:
             offset = self.next_offset
         offset_delta = offset - self.base_offset
         if offset_delta <= self._last_offset_delta:
             raise ValueError(f"offset {offset} does not follow {self.next_offset - 1}")
-        if self._base_timestamp is None:
+        if self._base_timestamp == _NO_BASE:
             self._base_timestamp = timestamp
-        self._records += encode_record(offset_delta, timestamp - self._base_timestamp, key, value,
-                                       headers)
-        self._count += 1
+        self._buf += encode_record(offset_delta, timestamp - self._base_timestamp, key, value, headers)
+        self._skipped += offset_delta - self._last_offset_delta - 1
         self._last_offset_delta = offset_delta
         if timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
         return offset
 
-    @property
-    def base_timestamp(self) -> int:
-        return -1 if self._base_timestamp is None else self._base_timestamp
+    def append_plain(self, key, value, timestamp: int) -> int:
+        """`append(key, value, timestamp=timestamp)` for key and value bytes, bytearray or None (the
+        producer's hot path); return the record's offset."""
+        od = self._last_offset_delta + 1
+        td = timestamp - self._base_timestamp
+        if td >= 0:   # (not before the first record: the base is still _NO_BASE)
+            try:      # varints from the table; past it (IndexError) or None (TypeError): encode_record
+                rec = b"".join((b"\x00", _UV[td + td],
+                                _UV[od + od] if od < _SMALL else encode_uvarint(od + od),
+                                b"\x01" if key is None else _UV[len(key) * 2] + key,
+                                _UV[len(value) * 2], value, b"\x00"))
+                n = len(rec)
+                length = _UV[n + n]
+            except (IndexError, TypeError):
+                pass
+            else:
+                buf = self._buf
+                buf += length
+                buf += rec
+                self._last_offset_delta = od
+                if timestamp > self._max_timestamp:
+                    self._max_timestamp = timestamp
+                return self.base_offset + od
+        return self._append_encoded(od, key, value, timestamp)
 
-    def build(self, *, last_offset_delta: int | None = None) -> bytes:
-        """The batch's bytes with a correct CRC; last_offset_delta may extend past the last record."""
-        body = (self._records if self.compression == codecs.NONE
-                else codecs.compress(self.compression, self._records))
+    def _append_encoded(self, od: int, key, value, timestamp: int) -> int:
+        if self._base_timestamp == _NO_BASE:
+            self._base_timestamp = timestamp
+        self._buf += encode_record(od, timestamp - self._base_timestamp, key, value)
+        self._last_offset_delta = od
+        if timestamp > self._max_timestamp:
+            self._max_timestamp = timestamp
+        return self.base_offset + od
+
+    def build(self, *, last_offset_delta: int | None = None, copy: bool = True):
+        """The batch's bytes with a correct CRC; last_offset_delta may extend past the last record.
+
+        copy=False: an uncompressed batch is a read-only memoryview of the builder's buffer, valid until
+        the next build; the builder takes no appends while the view is alive."""
         if last_offset_delta is None:
             last_offset_delta = max(self._last_offset_delta, 0)
         elif last_offset_delta < self._last_offset_delta:
             raise ValueError("last_offset_delta before the last record")
+        buf = self._buf
+        if self.compression == codecs.NONE:
+            self._write_header(buf, len(buf), last_offset_delta)
+            _U32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+            return bytes(buf) if copy else memoryview(buf).toreadonly()
+        body = codecs.compress(self.compression, memoryview(buf)[HEADER_SIZE:])
+        header = bytearray(HEADER_SIZE)
+        self._write_header(header, HEADER_SIZE + len(body), last_offset_delta)
+        _U32.pack_into(header, CRC_OFFSET, crc32c(body, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:])))
+        return b"".join((header, body))
+
+    def _write_header(self, out: bytearray, size: int, last_offset_delta: int) -> None:
+        """The 61-byte header at the front of `out`, the CRC left for the caller."""
         attributes = self.compression | (TIMESTAMP_TYPE_MASK if self.timestamp_type else 0)
         attributes |= (TRANSACTIONAL_MASK if self.is_transactional else 0)
         attributes |= (CONTROL_MASK if self.is_control else 0)
         max_timestamp = self.log_append_time if self.timestamp_type else self._max_timestamp
-        header = bytearray(HEADER_SIZE)
         _HEADER.pack_into(
-            header, 0, self.base_offset, HEADER_SIZE + len(body) - LOG_OVERHEAD,
-            self.partition_leader_epoch, 2, 0, attributes, last_offset_delta, self.base_timestamp,
-            max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence, self._count)
-        crc = crc32c(body, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
-        _U32.pack_into(header, CRC_OFFSET, crc)
-        return b"".join((header, body))
+            out, 0, self.base_offset, size - LOG_OVERHEAD, self.partition_leader_epoch, 2, 0, attributes,
+            last_offset_delta, self.base_timestamp, max_timestamp, self.producer_id, self.producer_epoch,
+            self.base_sequence, len(self))

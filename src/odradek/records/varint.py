@@ -6,6 +6,7 @@ of each byte set when more follow. A varint (int32) takes at most 5 bytes, a var
 
 Readers take (buf, pos, end) and return (value, new_pos). A value that runs past `end`, needs more than
 the maximum number of bytes, or does not fit its width raises ProtocolError, never IndexError.
+Writers return bytes; unsigned values below 2**14 come from a table (`UVARINTS`).
 """
 
 from __future__ import annotations
@@ -59,9 +60,21 @@ def read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
     return (u >> 1) ^ -(u & 1), pos
 
 
-def _encode_unsigned(u: int) -> bytes:
-    if u < 0x80:
-        return _ONE_BYTE[u]
+# The encodings of the unsigned values below 2**14 (one or two bytes), by value: what record batches
+# mostly need (offset and timestamp deltas, lengths), looked up instead of computed.
+UVARINT_TABLE_SIZE = 1 << 14
+UVARINTS: tuple[bytes, ...] = tuple(bytes((u,)) if u < 0x80 else bytes((u & 0x7F | 0x80, u >> 7))
+                                    for u in range(UVARINT_TABLE_SIZE))
+
+
+def encode_uvarint(u: int) -> bytes:
+    """An unsigned varint (u >= 0, not zig-zagged)."""
+    if 0 <= u < UVARINT_TABLE_SIZE:
+        return UVARINTS[u]
+    if u < 0:
+        raise ValueError(f"unsigned varint out of range: {u}")
+    if u < 0x200000:
+        return bytes((u & 0x7F | 0x80, (u >> 7) & 0x7F | 0x80, u >> 14))
     out = bytearray()
     while u >= 0x80:
         out.append((u & 0x7F) | 0x80)
@@ -70,19 +83,16 @@ def _encode_unsigned(u: int) -> bytes:
     return bytes(out)
 
 
-_ONE_BYTE = [bytes((i,)) for i in range(0x80)]
-
-
 def encode_varint(n: int) -> bytes:
     if not INT32_MIN <= n <= INT32_MAX:
         raise ValueError(f"varint out of range: {n}")
-    return _encode_unsigned(((n << 1) ^ (n >> 31)) & 0xFFFFFFFF)
+    return encode_uvarint(((n << 1) ^ (n >> 31)) & 0xFFFFFFFF)
 
 
 def encode_varlong(n: int) -> bytes:
     if not INT64_MIN <= n <= INT64_MAX:
         raise ValueError(f"varlong out of range: {n}")
-    return _encode_unsigned(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
+    return encode_uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 def size_of_varint(n: int) -> int:
