@@ -16,6 +16,7 @@ using the same hash agrees (semantic partitioning); a record without a key only 
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 from typing import Callable, Sequence
@@ -56,7 +57,16 @@ def to_positive(n: int) -> int:
     return n & 0x7FFFFFFF
 
 
+@functools.lru_cache(maxsize=4096)
+def _key_hash(key: bytes) -> int:
+    return to_positive(murmur2(key))
+
+
 def partition_for_key(key: bytes, num_partitions: int) -> int:
+    """The partition of a keyed record; the hashes of recent short keys are remembered (a key is
+    usually sent many times, and murmur2 in Python costs more than the rest of a send)."""
+    if type(key) is bytes and len(key) <= 256:
+        return _key_hash(key) % num_partitions
     return to_positive(murmur2(key)) % num_partitions
 
 
@@ -75,7 +85,7 @@ class DefaultPartitioner:
     def partition(self, topic: str, key: bytes | None, num_partitions: int,
                   available: Sequence[int]) -> int:
         if key is not None and not self.ignore_keys:
-            return to_positive(murmur2(key)) % num_partitions
+            return partition_for_key(key, num_partitions)
         p = self.sticky.get(topic)
         if p is None or p >= num_partitions:
             p = self._next(topic, -1, num_partitions, available)
