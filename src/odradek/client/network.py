@@ -133,7 +133,8 @@ class BrokerConnection(asyncio.Protocol):
     def _flush(self) -> None:
         chunks = self.conn.data_to_send()
         if chunks and self.transport is not None:
-            self.transport.writelines(chunks)
+            for c in chunks:    # asyncio 3.11's writelines() joins them: a copy of every request
+                self.transport.write(c)
 
     def _expire(self, fut: asyncio.Future, ms: int) -> None:
         if not fut.done():
