@@ -40,8 +40,10 @@ def odradek_command() -> list[str]:
 class Broker:
     """One `odradek serve` process. Not started until `start()`."""
 
-    def __init__(self, base_dir: Path, overrides: dict | None = None, name: str = "broker") -> None:
+    def __init__(self, base_dir: Path, overrides: dict | None = None, name: str = "broker",
+                 loggers: dict | None = None) -> None:
         self.name = name
+        self.loggers = dict(loggers or {})   # logger name -> level, e.g. the request log of some APIs
         self.base_dir = Path(base_dir)
         self.log_dir = self.base_dir / "data"
         self.log_path = self.base_dir / "broker.log"
@@ -95,6 +97,8 @@ class Broker:
         cmd = [*odradek_command(), "serve"]
         for k, v in overrides.items():
             cmd += ["--override", f"{k}={v}"]
+        for k, v in self.loggers.items():
+            cmd += ["--logger", f"{k}={v}"]
         mark = self.log_size()
         self._log_file = open(self.log_path, "ab")
         self._log_file.write(f"==== start #{self.starts + 1}: {' '.join(cmd)}\n".encode())
@@ -184,7 +188,8 @@ def broker(request, tmp_path_factory):
     """The module's broker, with the module's BROKER_OVERRIDES."""
     overrides = getattr(request.module, "BROKER_OVERRIDES", {})
     name = request.module.__name__.rsplit(".", 1)[-1]
-    b = Broker(tmp_path_factory.mktemp(name), overrides, name=name)
+    b = Broker(tmp_path_factory.mktemp(name), overrides, name=name,
+               loggers=getattr(request.module, "BROKER_LOGGERS", None))
     _LIVE.append(b)
     try:
         b.start()

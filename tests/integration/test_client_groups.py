@@ -37,32 +37,27 @@ def run_odradek(w) -> None:
         await c.start()
 
         async def commit() -> None:
-            if not w.processed:
+            offsets = w.to_commit()
+            if not offsets:
                 return
-            offsets = dict(w.processed)
             try:
                 await c.commit({TopicPartition(a.topic, p): o for p, o in offsets.items()})
                 w.committed(offsets)
             except KafkaError as e:
-                w.events.emit("commit_failed", error=repr(e))
-                w.processed.clear()
+                w.commit_failed(repr(e))
 
         class Listener:
             async def on_partitions_revoked(self, revoked):
                 await commit()
-                w.events.emit("revoked", p=sorted(tp.partition for tp in revoked))
-                for tp in revoked:
-                    w.processed.pop(tp.partition, None)
+                w.revoked(sorted(tp.partition for tp in revoked))
 
             def on_partitions_assigned(self, assigned):
                 m = c._membership
-                w.events.emit("assigned", p=sorted(tp.partition for tp in assigned), member=m.member_id,
-                              leader=m.leader_id, generation=m.generation)
+                w.assigned(sorted(tp.partition for tp in assigned), member=m.member_id, leader=m.leader_id,
+                           generation=m.generation)
 
             def on_partitions_lost(self, lost):
-                w.events.emit("lost", p=sorted(tp.partition for tp in lost))
-                for tp in lost:
-                    w.processed.pop(tp.partition, None)
+                w.lost(sorted(tp.partition for tp in lost))
 
         c.subscribe([a.topic], listener=Listener())
         w.events.emit("started")

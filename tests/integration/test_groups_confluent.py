@@ -11,11 +11,12 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .groups_support import (
-    SESSION_TIMEOUT_MS, Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, describe,
+    GROUP_REQUEST_LOGGERS, SESSION_TIMEOUT_MS, Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, describe,
     wait_caught_up, wait_stable,
 )
 
 BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 1000}
+BROKER_LOGGERS = GROUP_REQUEST_LOGGERS
 PARTITIONS = 6
 SESSION_S = SESSION_TIMEOUT_MS / 1000
 

@@ -423,7 +423,7 @@ def test_every_prefix_of_a_real_frame_is_rejected(name, frame, traced):
 
 @pytest.mark.parametrize("name,frame", GOLDEN, ids=[n for n, _ in GOLDEN])
 def test_trailing_bytes_are_ignored_and_counted(name, frame):
-    """Kafka ignores bytes after a body (COMPAT-NOTES: librdkafka's Metadata v9+ for all topics)."""
+    """Kafka ignores bytes after a body (docs/compat-notes.md: librdkafka's Metadata v9+ for all topics)."""
     header_, body = decode_request(frame + b"\x00\x01\x02")
     assert header_.trailing_bytes == 3 and body == decode_request(frame)[1]
 

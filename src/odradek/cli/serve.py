@@ -10,6 +10,15 @@ import signal
 import sys
 
 log = logging.getLogger("odradek.serve")
+LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+def _logger_level(text: str) -> tuple[str, str]:
+    import argparse
+    name, sep, level = text.partition("=")
+    if not sep or not name or level.upper() not in LEVELS:
+        raise argparse.ArgumentTypeError(f"expected NAME=LEVEL with LEVEL one of {', '.join(LEVELS)}: {text!r}")
+    return name, level.upper()
 
 
 def add_parser(sub) -> None:
@@ -17,7 +26,10 @@ def add_parser(sub) -> None:
     p.add_argument("--config", metavar="FILE", help="a server.properties file")
     p.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
                    help="set a broker config, overriding the file (repeatable)")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="INFO", choices=LEVELS, help="the level of every logger")
+    p.add_argument("--logger", metavar="NAME=LEVEL", action="append", default=[], type=_logger_level,
+                   help="one logger's level, e.g. odradek.requests.completed=DEBUG to log every request "
+                        "(repeatable)")
     p.add_argument("--event-loop", default="asyncio", choices=["asyncio", "uvloop"],
                    help="asyncio (default: sends fetched records with sendfile) or uvloop (reads "
                         "them with pread)")
@@ -28,6 +40,8 @@ def run(args) -> int:
     from odradek.server.config import BrokerConfig, ConfigError
 
     logging.basicConfig(level=args.log_level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    for name, level in args.logger:
+        logging.getLogger(name).setLevel(level)
     try:
         config = BrokerConfig.load(args.config, args.override)
     except ConfigError as e:

@@ -68,7 +68,7 @@ def decode_request(frame) -> tuple[RequestHeader, object]:
     header, pos = _guard(decode_request_header, data, request_header_version(api_key, api_version, flexible))
     body, end = _guard(module.REQUEST_DECODERS[api_version], data, pos)
     # Bytes after the body are ignored, as Apache Kafka ignores them: librdkafka 2.16's Metadata v13
-    # request carries three (COMPAT-NOTES). The count is kept for tests and debugging.
+    # request carries three (docs/compat-notes.md). The count is kept for tests and debugging.
     header.trailing_bytes = len(data) - end
     return header, body
 

@@ -3,11 +3,16 @@
 A handler is `async def handle_<api>(ctx, request) -> response | None`; it returns the response
 message (encoded here at the request's version) or None when the API sends no response (Produce with
 acks=0). Partition-level failures are error codes inside the response, never exceptions.
+
+The logger `odradek.requests.completed.<Api>` (Kafka's `kafka.request.logger`, one child per API, e.g.
+`odradek.requests.completed.SyncGroup`) logs every completed request at DEBUG: API, version, correlation
+id, client id, peer, time spent and the top-level error; off unless asked for.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable
 
@@ -22,6 +27,8 @@ if TYPE_CHECKING:
     from odradek.server.broker import Broker
 
 log = logging.getLogger("odradek.requests")
+request_log = logging.getLogger("odradek.requests.completed")
+_request_loggers: dict[int, logging.Logger] = {}
 
 
 @dataclass
@@ -58,7 +65,21 @@ class Dispatcher:
         if handler is None:
             log.info("closing connection from %s: api key %d is not served", conn.peer[0], header.api_key)
             raise ConnectionClosing()
+        rlog = _request_loggers.get(header.api_key)
+        if rlog is None:
+            rlog = _request_loggers[header.api_key] = request_log.getChild(
+                type(request).__name__.removesuffix("Request"))
+        if not rlog.isEnabledFor(logging.DEBUG):
+            response = await handler(RequestContext(self.broker, conn, header), request)
+            if response is None:
+                return None
+            return encode_response(header.api_key, header.api_version, header.correlation_id, response).chunks()
+        started = time.monotonic()
         response = await handler(RequestContext(self.broker, conn, header), request)
+        rlog.debug("Completed request %s v%d correlation %d from client %r at %s:%s in %.1f ms: %s",
+                   rlog.name.rsplit(".", 1)[-1], header.api_version, header.correlation_id, header.client_id,
+                   conn.peer[0], conn.peer[1], (time.monotonic() - started) * 1000,
+                   "no response" if response is None else _error_summary(response))
         if response is None:
             return None
         return encode_response(header.api_key, header.api_version, header.correlation_id, response).chunks()
@@ -71,3 +92,11 @@ class Dispatcher:
                                               max_version=api_versions.MAX_VERSION)],
         )
         return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body).chunks()
+
+
+def _error_summary(response) -> str:
+    """'answered', or the response's top-level error (partition-level errors are not looked at)."""
+    code = getattr(response, "error_code", 0)
+    if not code:
+        return "answered"
+    return f"error {ErrorCode(code).name}" if code in ErrorCode._value2member_map_ else f"error {code}"
