@@ -141,6 +141,9 @@ def main() -> int:
                     "200000 at 1 KiB)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bootstrap", help="use a running broker instead of starting one")
+    ap.add_argument("--only", choices=["produce", "consume"], help="one side only (consume still "
+                    "produces its topic, with our producer, untimed)")
+    ap.add_argument("--sizes", default="100,1024", help="record sizes in bytes (default 100,1024)")
     args = ap.parse_args()
     broker = None
     if args.bootstrap:
@@ -158,16 +161,23 @@ def main() -> int:
         best[1] = max(best[1], rates[1])
 
     try:
-        for size in (100, 1024):
-            n = args.records or (500_000 if size == 100 else 200_000)
-            label = f"{size} B" if size < 1024 else "1 KiB"
+        for size in (int(x) for x in args.sizes.split(",")):
+            n = args.records or (500_000 if size <= 100 else 200_000)
+            label = f"{size} B" if size != 1024 else "1 KiB"
             for r in range(args.rounds):
+                b0 = broker.cpu_seconds() if broker else 0.0
                 ours, topic = ours_produce(bootstrap, size, n)
-                theirs, _ = confluent_produce(bootstrap, size, n)
-                record(f"produce {label}", "ours", ours)
-                record(f"produce {label}", "librdkafka", theirs)
-                print(f"round {r + 1} produce {label}: ours {ours[0]:,.0f}/s, librdkafka {theirs[0]:,.0f}/s",
-                      flush=True)
+                if args.only != "consume":
+                    b1 = broker.cpu_seconds() if broker else 0.0
+                    theirs, _ = confluent_produce(bootstrap, size, n)
+                    b2 = broker.cpu_seconds() if broker else 0.0
+                    record(f"produce {label}", "ours", ours)
+                    record(f"produce {label}", "librdkafka", theirs)
+                    print(f"round {r + 1} produce {label}: ours {ours[0]:,.0f}/s, librdkafka {theirs[0]:,.0f}/s"
+                          + (f" (broker CPU s per 100k records: ours {(b1 - b0) * 1e5 / n:.2f}, "
+                             f"librdkafka {(b2 - b1) * 1e5 / n:.2f})" if broker else ""), flush=True)
+                if args.only == "produce":
+                    continue
                 expected = n + 1
                 ours_b = ours_consume(bootstrap, topic, expected, batches=True)
                 theirs_c = confluent_consume(bootstrap, topic, expected)
