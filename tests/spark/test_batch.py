@@ -160,6 +160,36 @@ def test_write_through_the_per_record_path(spark, odradek_broker):
     assert all(r.key == r.value for r in rows)
 
 
+def test_idempotent_write_sends_whole_batches_stamped(spark, odradek_broker):
+    """kafka.enable.idempotence=true: rows still go as whole Arrow-encoded batches (send_batch), each
+    stamped with the task producer's id and sequence."""
+    import asyncio
+
+    from odradek.client import Consumer, TopicPartition
+    from odradek.records.header import BatchHeader
+
+    bootstrap = odradek_broker.bootstrap
+    out = unique("idempotent")
+    create_topic(bootstrap, out, 1)
+    df = spark.range(2000).coalesce(1).selectExpr("CAST(id AS STRING) AS value")
+    df.write.format("odradek").option("kafka.bootstrap.servers", bootstrap).option("topic", out) \
+        .option("kafka.enable.idempotence", "true").mode("append").save()
+
+    async def headers():
+        async with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as c:
+            c.assign([TopicPartition(out, 0)])
+            got = []
+            while sum(h.records_count for h in got) < 2000:
+                batches = await c.fetch_batches(timeout_ms=5000)
+                assert batches, "records missing"
+                got += [BatchHeader(bytes(b.data)) for b in batches]
+            return got
+    hs = asyncio.run(headers())
+    assert len({h.producer_id for h in hs}) == 1 and hs[0].producer_id >= 0
+    assert [h.base_sequence for h in hs] == [h.base_offset for h in hs]   # one task: sequences follow offsets
+    assert sorted(int(r.value) for r in reader(spark, bootstrap, subscribe=out).collect()) == list(range(2000))
+
+
 def test_bad_options_fail_clearly(spark, dataset):
     bootstrap, topic, _ = dataset
     with pytest.raises(Exception, match="Exactly one"):

@@ -250,7 +250,8 @@ class RecordAccumulator:
     def unsequence(self, batches: Iterable[ProducerBatch]) -> None:
         """Forget producer ids and sequences (after a new producer id): rebuilt at the next drain."""
         for b in batches:
-            if b.sequenced and not b.in_flight and b.builder is not None:
+            if b.sequenced and not b.in_flight:
                 b.sequenced = False
-                b.built = None
-                b.builder.base_sequence = NO_SEQUENCE
+                if b.builder is not None:   # a batch given whole (send_batch) is stamped again instead
+                    b.built = None
+                    b.builder.base_sequence = NO_SEQUENCE

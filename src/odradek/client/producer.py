@@ -13,6 +13,10 @@ only waits for metadata of a topic it has not seen and for `buffer.memory` space
 batches per broker into Produce requests, up to `max.in.flight.requests.per.connection` per connection,
 and completes each batch from its partition's answer.
 
+`send_batch(topic, partition, batch)` queues a whole v2 record batch built elsewhere (the Spark sink's
+Arrow-encoded batches) in the same queues, with the same accounting, retries and idempotence stamping;
+`await (await p.send_batch(...))` is the base offset the broker gave it.
+
 Retries: a retriable error (or a lost connection) puts the batch back at the front of its queue after
 `retry.backoff.ms`, up to `retries` times and while `delivery.timeout.ms` since the batch was created has
 not passed; errors that say the metadata is stale trigger a metadata refresh. Without idempotence and
@@ -44,6 +48,7 @@ from odradek.client.errors import (
 from odradek.client.partitioner import DefaultPartitioner, partition_for_key
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import init_producer_id as ipi, produce as pm
+from odradek.records.header import NO_PRODUCER_ID, BatchHeader, set_producer_state
 
 log = logging.getLogger("odradek.client.producer")
 
@@ -319,6 +324,55 @@ class Producer:
         finally:
             self.acc.flushing -= 1
 
+    async def send_batch(self, topic: str, partition: int, batch) -> asyncio.Future:
+        """Queue one whole v2 record batch, built elsewhere (`odradek.records.RecordBatchBuilder`, or
+        read from another topic), for a topic-partition; a future of the base offset the broker gave
+        it. The batch goes through the same queue as `send()`'s records: buffer.memory, retries,
+        delivery.timeout.ms and ordering per partition apply, and with enable.idempotence the
+        producer stamps its producer id, epoch and sequence into it. Its own base offset is ignored
+        (the broker assigns offsets). Control and transactional batches, and batches that carry a
+        producer id, are refused, as are bytes that are not exactly one batch with a valid CRC."""
+        self._check_open()
+        header = BatchHeader(batch)     # ProtocolError unless a complete v2 batch starts here
+        if header.size != len(batch):
+            raise ValueError(f"expected exactly one record batch, got {len(batch)} bytes for a batch of "
+                             f"{header.size}")
+        header.ensure_valid()
+        if header.is_control or header.is_transactional:
+            raise ValueError("control and transactional batches cannot be sent with send_batch")
+        if header.producer_id != NO_PRODUCER_ID:
+            raise ValueError(f"the batch carries producer id {header.producer_id}; send batches without one")
+        partitions = await self.partitions_for(topic)
+        if partition not in partitions:
+            raise KafkaError(f"{topic} has no partition {partition} (it has {len(partitions)})",
+                             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        size = len(batch)
+        self._check_size(size)
+        acc = self.acc
+        if not acc.has_room(size):
+            self._wakeup.set()
+            await acc.reserve(size, now_ms() + self.max_block_ms, now_ms)
+            self._check_open()
+        b = acc.new_batch(topic, partition, now_ms())
+        b.builder = None
+        b.built = batch
+        b.record_count = header.records_count
+        b.size_bytes += size
+        acc.used_bytes += size
+        acc.close_batch(b)
+        self._wakeup.set()
+        out = asyncio.get_running_loop().create_future()
+
+        def done(_f, b=b) -> None:
+            if out.done():
+                return
+            if b.error is not None:
+                out.set_exception(b.error)
+            else:
+                out.set_result(b.base_offset)
+        b.future.add_done_callback(done)
+        return out
+
     async def partitions_for(self, topic: str) -> list[int]:
         self._check_open()
         md = self.cluster.metadata.topics.get(topic)
@@ -418,10 +472,15 @@ class Producer:
                 tp = (b.topic, b.partition)
                 seq = self._sequences.get(tp, 0)
                 bl = b.builder
-                bl.producer_id = self.producer_id
-                bl.producer_epoch = self.producer_epoch
-                bl.base_sequence = seq
-                b.built = None
+                if bl is None:      # a whole batch from send_batch: stamped in a copy of its bytes
+                    stamped = bytearray(b.built)
+                    set_producer_state(stamped, 0, self.producer_id, self.producer_epoch, seq)
+                    b.built = stamped
+                else:
+                    bl.producer_id = self.producer_id
+                    bl.producer_epoch = self.producer_epoch
+                    bl.base_sequence = seq
+                    b.built = None
                 self._sequences[tp] = (seq + b.record_count) & 0x7FFFFFFF
                 b.sequenced = True
             topics.setdefault(b.topic, []).append(pm.PartitionProduceData(index=b.partition, records=b.build()))

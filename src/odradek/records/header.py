@@ -60,6 +60,8 @@ _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+_PRODUCER_STATE = struct.Struct(">qhi")
 
 
 class BatchHeader:
@@ -161,6 +163,15 @@ def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_type: int
     attributes = (header.attributes & ~TIMESTAMP_TYPE_MASK) | (TIMESTAMP_TYPE_MASK if timestamp_type else 0)
     _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
     _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    _U32.pack_into(buf, pos + CRC_OFFSET, header.compute_crc())
+
+
+def set_producer_state(buf: bytearray | memoryview, pos: int, producer_id: int, producer_epoch: int,
+                       base_sequence: int) -> None:
+    """Set producer id, epoch and base sequence (an idempotent producer sending a batch built
+    elsewhere), then rewrite the CRC."""
+    header = BatchHeader(buf, pos)
+    _PRODUCER_STATE.pack_into(buf, pos + PRODUCER_ID_OFFSET, producer_id, producer_epoch, base_sequence)
     _U32.pack_into(buf, pos + CRC_OFFSET, header.compute_crc())
 
 

@@ -264,7 +264,7 @@ class Sink:
         except BaseException:
             self._lp.close()
             raise
-        self.raw = _can_send_raw(self.producer)
+        self.raw = True   # whole batches (Producer.send_batch); writer.py decides when not to
 
     def partition_count(self, topic: str) -> int:
         n = self._counts.get(topic)
@@ -273,7 +273,7 @@ class Sink:
         return n
 
     def send_batch(self, topic: str, partition: int, data: bytes, records: int) -> None:
-        self._pending.append(self._lp.run(_send_raw(self.producer, topic, partition, data, records)))
+        self._pending.append(self._lp.run(self.producer.send_batch(topic, partition, data)))
         if len(self._pending) > 256:
             self._settle()
 
@@ -310,32 +310,3 @@ class Sink:
             self._lp.run(self.producer.aclose())
         finally:
             self._lp.close()
-
-
-def _can_send_raw(producer: Producer) -> bool:
-    if hasattr(producer, "send_batch"):
-        return True
-    acc = getattr(producer, "acc", None)
-    return acc is not None and hasattr(acc, "new_batch") and hasattr(producer, "_wakeup")
-
-
-async def _send_raw(producer: Producer, topic: str, partition: int, data: bytes, records: int):
-    """Queue one whole v2 batch (base offset 0, no producer id) for topic-partition; a future of its
-    completion. TODO(client): `Producer.send_batch(topic, partition, batch)`; until then the batch goes
-    through the accumulator's queue as a pre-built ProducerBatch (same retries, same ordering)."""
-    send_batch = getattr(producer, "send_batch", None)
-    if send_batch is not None:
-        return await send_batch(topic, partition, data)
-    await producer.partitions_for(topic)
-    acc = producer.acc
-    size = len(data)
-    if not acc.has_room(size):
-        await acc.reserve(size, time.monotonic() * 1000 + producer.max_block_ms, lambda: time.monotonic() * 1000)
-    b = acc.new_batch(topic, partition, time.monotonic() * 1000)
-    b.built = data
-    b.record_count = records
-    b.size_bytes += size
-    acc.used_bytes += size
-    acc.close_batch(b)
-    producer._wakeup.set()
-    return b.future

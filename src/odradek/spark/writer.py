@@ -10,8 +10,9 @@ success only after every batch is acknowledged (acks=all by default): at-least-o
 fails and is retried may write some records twice; nothing is lost. `commit`/`abort` have nothing to
 do: Kafka has no staged writes outside transactions.
 
-Whole batches need the client to take pre-built batches; when it cannot (idempotence or compression
-asked for, or records of 1 MiB and more), rows go through the client's per-record `send`.
+Whole batches go through the client's `Producer.send_batch` (which stamps producer id and sequences
+when idempotence is on); when compression is asked for, or for records of 1 MiB and more, rows go
+through the client's per-record `send`.
 """
 
 from __future__ import annotations
@@ -127,8 +128,7 @@ class _TaskWriter:
 
 
 def _asks_for_client_path(producer) -> bool:
-    c = producer.config
-    return bool(c.get("enable.idempotence")) or bool(c.get("compression.type"))
+    return bool(producer.config.get("compression.type"))
 
 
 def write_all(opts: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
