@@ -372,3 +372,28 @@ def test_async_admin_and_unreachable_brokers(broker):
             async with Admin({"bootstrap.servers": unreachable(), "default.api.timeout.ms": 1000}):
                 pass
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_deleting_a_topic_removes_its_committed_offsets(broker_factory):
+    """Kafka removes a deleted topic's committed offsets from every group (and a group left Empty with
+    none is gone): a topic created again under the same name starts without them, after a restart too."""
+    b = broker_factory(num_partitions=2)
+    t, keep = new_name("adm-deltopic"), new_name("adm-keeptopic")
+    g1, g2 = new_name("adm-both"), new_name("adm-only")
+    with sync.Admin({"bootstrap.servers": b.bootstrap, "default.api.timeout.ms": 20000}) as a:
+        a.create_topics([NewTopic(t, 2, 1), NewTopic(keep, 1, 1)])
+        a.alter_consumer_group_offsets(g1, {TP(t, 0): 5, TP(t, 1): 6, TP(keep, 0): 7})
+        a.alter_consumer_group_offsets(g2, {TP(t, 0): 3})
+        a.delete_topics([t])
+        wait_until(lambda: t not in a.list_topics(), 10, f"{t} to go")
+        assert {tp: o.offset for tp, o in a.list_consumer_group_offsets(g1).items()} == {TP(keep, 0): 7}
+        assert g2 not in {x.group_id for x in a.list_groups()}
+        a.create_topics([NewTopic(t, 2, 1)])
+    theirs = AdminClient(confluent_config(b.bootstrap))
+    their = theirs.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g1)])[g1].result(timeout=20)
+    assert {(x.topic, x.partition): x.offset for x in their.topic_partitions} == {(keep, 0): 7}
+    b.restart()
+    with sync.Admin({"bootstrap.servers": b.bootstrap, "default.api.timeout.ms": 20000}) as a:
+        assert a.list_consumer_group_offsets(g1, [TP(t, 0), TP(keep, 0)]) == {
+            TP(t, 0): None, TP(keep, 0): OffsetAndMetadata(7, "", -1)}
+        assert g2 not in {x.group_id for x in a.list_groups()}

@@ -175,6 +175,8 @@ class GroupAdminMixin:
                 raise err
             results: dict = {} if wanted is None else {tp: None for tp in wanted}
             for name, parts in topics:
+                if name is None:    # a topic id this client cannot name: the topic was deleted
+                    continue
                 for p in parts:
                     tp = TopicPartition(name, p.partition_index)
                     if p.error_code in _RETRY:

@@ -1,4 +1,5 @@
-"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete and offset retention (seed 003,
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, offset retention and removal with deleted
+topics (seed 003,
 "Consumer Position": the position of a group in a partition is one integer, checkpointed; seed 004,
 "Offset Commit/Fetch API": commits from outside group management use generation -1 and an empty
 member id, and are refused while the group has members).
@@ -120,6 +121,24 @@ def delete_offsets(shard: GroupShard, group_id: str, topics: list[tuple[str, lis
                 out.records.append(OffsetRecord(group_id, topic, p, None))
         results.append((topic, [(p, code) for p in partitions]))
     out.response = (ErrorCode.NONE, results)
+    return out
+
+
+def remove_topics(shard: GroupShard, topics: set[str]) -> Outcome:
+    """Tombstones for every committed offset of deleted topics, in every group, and for Empty groups
+    left with none (Kafka's GroupCoordinator.onPartitionsDeleted): a topic created again under the same
+    name starts with no committed offsets."""
+    out = Outcome()
+    for group in list(shard.groups.values()):
+        gone = [(t, p) for (t, p) in group.offsets if t in topics]
+        if not gone:
+            continue
+        for topic, partition in gone:
+            out.records.append(OffsetRecord(group.group_id, topic, partition, None))
+        log.info("Removed %d offsets of deleted topics from group %s", len(gone), group.group_id)
+        if group.state == GroupState.EMPTY and len(gone) == len(group.offsets) and not group.pending_members:
+            log.info("Group %s transitioned to Dead in generation %d", group.group_id, group.generation)
+            out.records.append(GroupRecord(group.group_id, None))
     return out
 
 

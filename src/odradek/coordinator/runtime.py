@@ -25,6 +25,7 @@ import uuid
 from typing import Callable, Protocol
 
 from odradek.coordinator.membership import fire
+from odradek.coordinator.offsets import remove_topics
 from odradek.coordinator.records import build_batch, iter_batches, partition_for
 from odradek.coordinator.shard import GroupConfig, GroupShard, Outcome, WaitKey
 from odradek.protocol.error_codes import ErrorCode
@@ -151,6 +152,15 @@ class GroupCoordinator:
         if fut is None:
             return outcome.response
         return await fut
+
+    def remove_topics(self, topics: set[str]) -> None:
+        """Deleted topics: their committed offsets go from every group this broker coordinates."""
+        now = self.clock()
+        for shard in self.shards():
+            try:
+                self._commit(shard, remove_topics(shard, topics), now)
+            except CoordinatorError:
+                pass   # the shard is reloading; its groups are cleaned when it is loaded again
 
     def query(self, group_id: str, fn: Callable, *args):
         """A read-only look at the group's shard: `fn(shard, *args)`."""

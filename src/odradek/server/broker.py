@@ -16,6 +16,7 @@ from typing import Callable
 
 from odradek.cluster.store import EmbeddedStore
 from odradek.cluster.topics import TopicInfo, TopicStore, assign_replicas, validate_topic_name
+from odradek.coordinator.records import OFFSETS_TOPIC
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import metadata as metadata_msgs
 from odradek.server.apis import HANDLERS
@@ -273,6 +274,8 @@ class Broker:
             self.purgatory.notify((name, p))
         self.topics.delete(name)
         self._topic_configs.pop(name, None)
+        if self.group_coordinator is not None and name != OFFSETS_TOPIC:
+            self.group_coordinator.remove_topics({name})
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicInfo:
