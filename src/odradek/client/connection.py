@@ -3,7 +3,7 @@
 Like h11's connection it never touches a socket, a clock or a task: the asyncio shell (`network`) feeds
 it received bytes and writes what it hands back. It owns
 
-- framing: the int32 size prefix on the way out, `FrameDecoder` (size checked before allocation,
+- framing: the int32 size prefix on the way out, `FrameReader` (size checked before allocation,
   `max_frame_bytes`) on the way in;
 - correlation ids: one per request, increasing, wrapping at 2^31;
 - pipelining: up to `max_in_flight_requests` requests await their responses, which a broker sends in
@@ -40,7 +40,7 @@ from typing import Any
 from odradek.protocol.api import APIS, RequestHeader, decode_response, encode_request
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
-from odradek.protocol.framing import FrameDecoder, frame
+from odradek.protocol.framing import FrameReader, frame
 from odradek.protocol.messages import api_versions
 
 API_VERSIONS_KEY = 18
@@ -132,7 +132,7 @@ class ClientConnection:
         self.state = State.NEW
         self.versions: dict[int, int] = {}
         self.broker_ranges: dict[int, tuple[int, int]] = {}
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self._reader = FrameReader(max_frame_bytes)
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._out: list = []
         self._next_correlation_id = 0
@@ -178,12 +178,29 @@ class ClientConnection:
 
     def receive_data(self, data) -> list:
         """Feed received bytes; return the Response and HandshakeComplete events they finish."""
+        view = memoryview(data)
+        events: list = []
+        while view and self.state is not State.CLOSED:
+            buf = self.get_buffer()
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            view = view[n:]
+            events += self.buffer_updated(n)
+        return events
+
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes read from the socket go (asyncio.BufferedProtocol): a large response
+        is read straight into its own buffer."""
+        return self._reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> list:
+        """`nbytes` were read into the last get_buffer(); the Response and HandshakeComplete events
+        they finish."""
         if self.state is State.CLOSED:
             return []
         try:
-            frames = self._decoder.feed(data)
             events = []
-            for f in frames:
+            for f in self._reader.buffer_updated(nbytes):
                 event = self._on_frame(f)
                 if event is not None:
                     events.append(event)

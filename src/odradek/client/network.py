@@ -22,7 +22,7 @@ from odradek.client.errors import (
 from odradek.protocol.exceptions import ProtocolError
 
 
-class BrokerConnection(asyncio.Protocol):
+class BrokerConnection(asyncio.BufferedProtocol):
     def __init__(self, conn: ClientConnection, host: str, port: int, node_id: int,
                  request_timeout_ms: int) -> None:
         self.conn = conn
@@ -154,9 +154,12 @@ class BrokerConnection(asyncio.Protocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            events = self.conn.receive_data(data)
+            events = self.conn.buffer_updated(nbytes)
         except ProtocolError as e:
             self.close(e)
             return

@@ -4,6 +4,10 @@ Seed 003, "Network Layer" and "Protocol": one connection carries requests that t
 the order they arrived. As in Kafka, a connection's requests are handled one at a time (the client may
 pipeline; the next request waits in a bounded queue), so responses are always in request order.
 
+Reads go into buffers the connection provides (asyncio.BufferedProtocol, `protocol.framing.FrameReader`):
+small requests into a per-connection scratch buffer, a large one straight into a buffer of its announced
+size, allocated (as Kafka does) once that size has passed `socket.request.max.bytes`.
+
 Limits (Kafka's names): `socket.request.max.bytes` checked on the size prefix before any allocation;
 `queued.max.request.bytes` bounds the bytes a connection may have received but not yet handled (reading
 pauses above it); `max.connections` and `max.connections.per.ip` refuse new connections beyond them;
@@ -18,7 +22,7 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from odradek.protocol.framing import FrameDecoder, FrameTooLarge, frame
+from odradek.protocol.framing import FrameReader, FrameTooLarge, frame
 from odradek.server.record_slices import native_sendfile
 
 log = logging.getLogger("odradek.network")
@@ -27,10 +31,13 @@ log = logging.getLogger("odradek.network")
 Handler = Callable[["Connection", bytes], Awaitable[list | None]]
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
+    """One client connection. Reads go straight into the buffers of a FrameReader (a large request is
+    read into its own buffer, no copies in Python)."""
+
     def __init__(self, listener: "Listener") -> None:
         self.listener = listener
-        self.decoder = FrameDecoder(listener.max_request_bytes)
+        self.reader = FrameReader(listener.max_request_bytes)
         self.pending: collections.deque[bytes] = collections.deque()
         self.pending_bytes = 0
         self.transport: asyncio.Transport | None = None
@@ -50,10 +57,13 @@ class Connection(asyncio.Protocol):
             transport.abort()
             self.closed = True
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
         try:
-            frames = self.decoder.feed(data)
+            frames = self.reader.buffer_updated(nbytes)
         except FrameTooLarge as e:
             log.warning("closing connection from %s: %s", self.peer[0], e)
             self.close()
