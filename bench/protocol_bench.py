@@ -60,7 +60,7 @@ def produce_frame(version: int, batch: bytes) -> bytearray:
         topic_data=[pm.TopicProduceData(name="bench-topic", topic_id=topic_id, partition_data=[
             pm.PartitionProduceData(index=0, records=batch)])])
     w = encode_request(RequestHeader(0, version, 42, "bench-client"), body)
-    return bytearray(w)  # frames arrive as bytearrays from FrameDecoder
+    return bytearray(bytes(w))  # frames arrive as bytearrays
 
 
 def produce_rows(repeats: int, min_time: float) -> list[tuple]:

@@ -222,8 +222,12 @@ class ClientConnection:
         cid = self._next_correlation_id
         self._next_correlation_id = (cid + 1) & 0x7FFFFFFF
         w = encode_request(RequestHeader(api_key, version, cid, self.client_id), body)
-        self._out.append(frame(len(w)))
-        self._out.append(w)
+        if w.refs:   # large record batches: written from the producer's buffers, not copied
+            self._out.append(frame(w.size()))
+            self._out.extend(w.chunks())
+        else:
+            self._out.append(frame(len(w)))
+            self._out.append(w)
         if expect_response:
             self._in_flight.append(_InFlight(cid, api_key, version, token))
         return cid

@@ -144,6 +144,34 @@ def test_requests_without_response_are_not_in_flight():
     assert header.api_key == 0 and body.acks == 0
 
 
+@pytest.mark.parametrize("size", [100, 16 * 1024 - 100, 16 * 1024 + 100, 1 << 20])
+def test_large_record_batches_are_sent_from_the_producers_buffer(size):
+    """A batch of at least ZERO_COPY_MIN_BYTES is one of the chunks to write (the producer's own
+    buffer, not a copy); smaller ones are copied into the request. kafka-python's codec (an
+    independent decoder) reads the same batch from the frame either way."""
+    from kafka.protocol.producer import ProduceRequest as KPProduceRequest
+
+    from odradek.protocol.codec import ZERO_COPY_MIN_BYTES
+    from odradek.protocol.messages import produce as pm
+    from odradek.records.builder import RecordBatchBuilder
+
+    b = RecordBatchBuilder()
+    value = bytes(range(256)) * 16
+    while b.uncompressed_size < size:
+        b.append(None, value[: max(1, min(4096, size - b.uncompressed_size - 16))], timestamp=1)
+    batch = memoryview(b.build())
+    conn = ready_connection()
+    conn.send_request(0, pm.ProduceRequest(acks=1, timeout_ms=100, topic_data=[pm.TopicProduceData(
+        name="t", partition_data=[pm.PartitionProduceData(index=0, records=batch)])]))
+    chunks = conn.data_to_send()
+    assert any(c is batch for c in chunks) == (len(batch) >= ZERO_COPY_MIN_BYTES)
+    [f] = [bytes(x) for x in FrameDecoder(1 << 30).feed(b"".join(bytes(c) for c in chunks))]
+    header, body = decode_request(f)
+    assert bytes(body.topic_data[0].partition_data[0].records) == bytes(batch)
+    theirs = KPProduceRequest.decode(f, version=header.api_version, header=True)
+    assert bytes(theirs.topic_data[0].partition_data[0].records) == bytes(batch)
+
+
 def test_close_returns_unanswered_tokens():
     conn = ready_connection()
     conn.send_request(3, md.MetadataRequest(topics=None), token=1)
