@@ -86,6 +86,28 @@ class Worker:
                 if self.processed.get(p) == o:
                     del self.processed[p]
 
+    def commit(self, do_commit, errors) -> None:
+        """Commit what was processed with `do_commit(offsets)`; `errors` are the client's failures."""
+        offsets = self.to_commit()
+        if not offsets:
+            return
+        try:
+            do_commit(offsets)
+            self.committed(offsets)
+        except errors as e:
+            self.commit_failed(repr(e))
+
+    async def commit_async(self, do_commit, errors) -> None:
+        """`commit` for a client whose commit is a coroutine."""
+        offsets = self.to_commit()
+        if not offsets:
+            return
+        try:
+            await do_commit(offsets)
+            self.committed(offsets)
+        except errors as e:
+            self.commit_failed(repr(e))
+
     def commit_failed(self, error: str) -> None:
         """Kept for the next try: the partitions may stay ours (a rebalance that gives them back)."""
         self.last_commit = time.monotonic()
@@ -127,14 +149,8 @@ def run_confluent(w: Worker) -> None:
     c = ck.Consumer(conf)
 
     def commit() -> None:
-        offsets = w.to_commit()
-        if not offsets:
-            return
-        try:
-            c.commit(offsets=[ck.TopicPartition(a.topic, p, o) for p, o in offsets.items()], asynchronous=False)
-            w.committed(offsets)
-        except ck.KafkaException as e:
-            w.commit_failed(str(e))
+        w.commit(lambda offsets: c.commit(offsets=[ck.TopicPartition(a.topic, p, o) for p, o in offsets.items()],
+                                          asynchronous=False), ck.KafkaException)
 
     def on_assign(consumer, partitions) -> None:
         w.assigned(sorted(tp.partition for tp in partitions))
@@ -169,14 +185,8 @@ def run_kafka_python(w: Worker) -> None:
                       auto_offset_reset="earliest", metadata_max_age_ms=2000)
 
     def commit() -> None:
-        offsets = w.to_commit()
-        if not offsets:
-            return
-        try:
-            c.commit({TopicPartition(a.topic, p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
-            w.committed(offsets)
-        except KafkaError as e:
-            w.commit_failed(repr(e))
+        w.commit(lambda offsets: c.commit({TopicPartition(a.topic, p): OffsetAndMetadata(o, "", -1)
+                                           for p, o in offsets.items()}), KafkaError)
 
     class Listener(ConsumerRebalanceListener):
         # kafka-python 3 runs listeners on its IO thread, where a blocking commit is refused: what
@@ -223,14 +233,8 @@ def run_aiokafka(w: Worker) -> None:
                              auto_offset_reset="earliest", metadata_max_age_ms=2000)
 
         async def commit() -> None:
-            offsets = w.to_commit()
-            if not offsets:
-                return
-            try:
-                await c.commit({TopicPartition(a.topic, p): o for p, o in offsets.items()})
-                w.committed(offsets)
-            except KafkaError as e:
-                w.commit_failed(repr(e))
+            await w.commit_async(lambda offsets: c.commit({TopicPartition(a.topic, p): o for p, o in offsets.items()}),
+                                 KafkaError)
 
         class Listener(ConsumerRebalanceListener):
             async def on_partitions_revoked(self, revoked):

@@ -37,14 +37,8 @@ def run_odradek(w) -> None:
         await c.start()
 
         async def commit() -> None:
-            offsets = w.to_commit()
-            if not offsets:
-                return
-            try:
-                await c.commit({TopicPartition(a.topic, p): o for p, o in offsets.items()})
-                w.committed(offsets)
-            except KafkaError as e:
-                w.commit_failed(repr(e))
+            await w.commit_async(lambda offsets: c.commit({TopicPartition(a.topic, p): o for p, o in offsets.items()}),
+                                 KafkaError)
 
         class Listener:
             async def on_partitions_revoked(self, revoked):

@@ -178,15 +178,9 @@ class ClientConnection:
 
     def receive_data(self, data) -> list:
         """Feed received bytes; return the Response and HandshakeComplete events they finish."""
-        view = memoryview(data)
-        events: list = []
-        while view and self.state is not State.CLOSED:
-            buf = self.get_buffer()
-            n = min(len(buf), len(view))
-            buf[:n] = view[:n]
-            view = view[n:]
-            events += self.buffer_updated(n)
-        return events
+        if self.state is State.CLOSED:
+            return []
+        return self._on_frames(lambda: self._reader.feed(data))
 
     def get_buffer(self) -> memoryview:
         """Where the next bytes read from the socket go (asyncio.BufferedProtocol): a large response
@@ -198,9 +192,12 @@ class ClientConnection:
         they finish."""
         if self.state is State.CLOSED:
             return []
+        return self._on_frames(lambda: self._reader.buffer_updated(nbytes))
+
+    def _on_frames(self, frames) -> list:
         try:
             events = []
-            for f in self._reader.buffer_updated(nbytes):
+            for f in frames():
                 event = self._on_frame(f)
                 if event is not None:
                     events.append(event)

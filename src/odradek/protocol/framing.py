@@ -98,6 +98,18 @@ class FrameReader:
             self._start, self._end = 0, n
         return self._view[self._end:]
 
+    def feed(self, data) -> list[bytearray]:
+        """For a caller that already holds the bytes: copy them in, buffer by buffer."""
+        view = memoryview(data).cast("B")
+        frames: list[bytearray] = []
+        while view:
+            buf = self.get_buffer()
+            n = min(len(buf), len(view))
+            buf[:n] = view[:n]
+            view = view[n:]
+            frames += self.buffer_updated(n)
+        return frames
+
     def buffer_updated(self, nbytes: int) -> list[bytearray]:
         """`nbytes` were written into the last buffer; the frames now complete, in order."""
         if self._frame is not None:

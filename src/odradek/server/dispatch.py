@@ -69,17 +69,14 @@ class Dispatcher:
         if rlog is None:
             rlog = _request_loggers[header.api_key] = request_log.getChild(
                 type(request).__name__.removesuffix("Request"))
-        if not rlog.isEnabledFor(logging.DEBUG):
-            response = await handler(RequestContext(self.broker, conn, header), request)
-            if response is None:
-                return None
-            return encode_response(header.api_key, header.api_version, header.correlation_id, response).chunks()
-        started = time.monotonic()
+        logged = rlog.isEnabledFor(logging.DEBUG)
+        started = time.monotonic() if logged else 0.0
         response = await handler(RequestContext(self.broker, conn, header), request)
-        rlog.debug("Completed request %s v%d correlation %d from client %r at %s:%s in %.1f ms: %s",
-                   rlog.name.rsplit(".", 1)[-1], header.api_version, header.correlation_id, header.client_id,
-                   conn.peer[0], conn.peer[1], (time.monotonic() - started) * 1000,
-                   "no response" if response is None else _error_summary(response))
+        if logged:
+            rlog.debug("Completed request %s v%d correlation %d from client %r at %s:%s in %.1f ms: %s",
+                       rlog.name.rsplit(".", 1)[-1], header.api_version, header.correlation_id,
+                       header.client_id, conn.peer[0], conn.peer[1], (time.monotonic() - started) * 1000,
+                       "no response" if response is None else _error_summary(response))
         if response is None:
             return None
         return encode_response(header.api_key, header.api_version, header.correlation_id, response).chunks()
