@@ -28,6 +28,7 @@ from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.network import Listener
 from odradek.server.partition import Partition
 from odradek.server.purgatory import Purgatory
+from odradek.server.workers import WorkerPool
 from odradek.storage.config import LogConfig, LogManagerConfig
 from odradek.storage.manager import LogManager
 
@@ -61,6 +62,8 @@ class Broker:
         self._topic_configs: dict[str, TopicConfig] = {}
         self._topic_ids: dict = {}
         self.group_coordinator = None   # odradek.coordinator.runtime.GroupCoordinator, from start()
+        # Work that grows with its input runs here, off the event loop (server/workers.py).
+        self.workers = WorkerPool(config.get("num.io.threads"), queue_max=config.get("queued.max.requests"))
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -131,6 +134,7 @@ class Broker:
         if self.logs is not None:
             self.logs.close(self.clock())
             self.logs = None
+        self.workers.close()
 
     async def _run_periodic(self) -> None:
         while True:

@@ -1,0 +1,75 @@
+"""The broker's bounded worker pool: where work whose cost grows with its input runs, off the event loop
+(DESIGN, "Performance principles": "The event loop only moves bytes and state").
+
+Decompression, legacy conversion, per-record validation of large batches, index scans, large topic
+operations and metadata-store writes go through `WorkerPool.run`. The pool has `num.io.threads` threads
+(Kafka's request handler threads) and admits at most `threads + queue_max` calls at once; a caller past
+that waits on the loop (its connection is muted while it waits, so the bytes of further requests stay
+in the kernel) instead of growing a queue.
+
+The GIL still lets the loop thread run every `sys.getswitchinterval()` (5 ms) while a worker holds it,
+and the heavy parts (zlib, cramjam, numpy, file I/O) release it, so an unrelated client's request is
+answered while a worker grinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class WorkerPool:
+    """`threads` threads; at most `threads + queue_max` calls admitted at once (bounded, never a list
+    that grows with the clients)."""
+
+    def __init__(self, threads: int, queue_max: int = 0, name: str = "odradek-worker") -> None:
+        if threads < 1:
+            raise ValueError("a worker pool needs at least one thread")
+        self.threads = threads
+        self.queue_max = max(0, queue_max)
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self._admitted: asyncio.Semaphore | None = None
+        self._closed = False
+
+    @property
+    def admitted_max(self) -> int:
+        return self.threads + self.queue_max
+
+    async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        """Run `fn(*args, **kwargs)` on a worker thread and return its result (or raise its exception).
+        Waits, without queueing anything, while the pool is full."""
+        if self._closed:
+            raise RuntimeError("the worker pool is closed")
+        if self._admitted is None:
+            self._admitted = asyncio.Semaphore(self.admitted_max)
+        loop = asyncio.get_running_loop()
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        async with self._admitted:
+            return await loop.run_in_executor(self._executor, call)
+
+    def close(self) -> None:
+        """Stop admitting work; threads finish what they hold, without blocking the caller."""
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def inline_pool() -> "InlinePool":
+    """A pool that runs calls on the caller's thread: for unit tests of handlers (no threads)."""
+    return InlinePool()
+
+
+class InlinePool:
+    threads = 1
+    queue_max = 0
+    admitted_max = 1
+
+    async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        return fn(*args, **kwargs)
+
+    def close(self) -> None:
+        pass
