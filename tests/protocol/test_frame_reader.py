@@ -100,3 +100,81 @@ def test_bad_sizes_are_refused_before_allocation(size):
     finally:
         tracemalloc.stop()
     assert peak < 64 * 1024
+
+
+class CountingPool:
+    """A FramePool with a fixed capacity, as the broker's RequestPool grants large frames."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+
+    def try_reserve(self, nbytes: int) -> bool:
+        if self.used and self.used + nbytes > self.capacity:
+            return False
+        self.used += nbytes
+        return True
+
+    def charge(self, nbytes: int) -> None:
+        self.used += nbytes
+
+
+def test_an_announced_size_is_not_allocated_before_its_bytes_arrive():
+    r = FrameReader(200 << 20)
+    tracemalloc.start()
+    try:
+        wire = struct.pack(">i", 100_000_000) + bytes(55)
+        buf = r.get_buffer()
+        buf[:len(wire)] = wire
+        assert r.buffer_updated(len(wire)) == []
+        assert len(r.get_buffer()) <= r.initial_frame_bytes
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * r.initial_frame_bytes, peak
+    assert r.buffered_bytes == 55
+
+
+def test_a_large_frame_grows_with_what_arrives_and_comes_out_whole():
+    payload = random.Random(3).randbytes(5_000_000)
+    r = FrameReader(10 << 20, initial_frame_bytes=64 * 1024)
+    sizes = []
+    frames = []
+    wire = wire_of([payload, b"tail"])
+    pos = 0
+    while pos < len(wire):
+        buf = r.get_buffer()
+        sizes.append(len(buf))
+        n = min(len(buf), 100_000, len(wire) - pos)
+        buf[:n] = wire[pos:pos + n]
+        pos += n
+        frames += [bytes(f) for f in r.buffer_updated(n)]
+    assert frames == [payload, b"tail"]
+    assert max(sizes) <= 5_000_000
+
+
+def test_the_pool_grants_large_frames_and_charges_small_ones():
+    pool = CountingPool(capacity=100_000)
+    r = FrameReader(1 << 20, pool=pool)
+    assert [bytes(f) for f in r.feed(wire_of([b"abc"]))] == [b"abc"]
+    assert pool.used == 3
+    pool.used = 0
+    assert r.feed(struct.pack(">i", 60_000) + bytes(100)) == []
+    assert pool.used == 60_000 and r.reserved_bytes == 60_000
+
+
+def test_a_refused_frame_waits_for_the_pool_and_then_reads_on():
+    pool = CountingPool(capacity=100_000)
+    pool.used = 90_000                        # held by other connections
+    r = FrameReader(1 << 20, pool=pool)
+    wire = wire_of([b"small", bytes(50_000), b"after"])
+    buf = r.get_buffer()
+    n = len(buf)
+    buf[:n] = wire[:n]
+    assert [bytes(f) for f in r.buffer_updated(n)] == [b"small"]
+    assert r.waiting_bytes == 50_000 and r.reserved_bytes == 0
+    assert r.retry_reserve() is False         # still no room
+    pool.used = 0                             # the others were answered
+    assert r.retry_reserve() is True and r.waiting_bytes == 0
+    rest = read(r, wire[n:], lambda room: room)
+    assert rest == [bytes(50_000), b"after"]

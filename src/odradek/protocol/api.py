@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from types import ModuleType
 
-from odradek.protocol.codec import Writer
+from odradek.protocol.codec import Writer, decode_budget
 from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
 from odradek.protocol.headers import (
     API_VERSIONS_KEY, RequestHeader, decode_request_header, decode_response_header,
@@ -65,8 +65,9 @@ def decode_request(frame) -> tuple[RequestHeader, object]:
                 pass
         raise UnsupportedVersionError(api_key, api_version, header)
     flexible = is_flexible(module, api_version)
-    header, pos = _guard(decode_request_header, data, request_header_version(api_key, api_version, flexible))
-    body, end = _guard(module.REQUEST_DECODERS[api_version], data, pos)
+    with decode_budget(len(data)):
+        header, pos = _guard(decode_request_header, data, request_header_version(api_key, api_version, flexible))
+        body, end = _guard(module.REQUEST_DECODERS[api_version], data, pos)
     # Bytes after the body are ignored, as Apache Kafka ignores them: librdkafka 2.16's Metadata v13
     # request carries three (docs/compat-notes.md). The count is kept for tests and debugging.
     header.trailing_bytes = len(data) - end

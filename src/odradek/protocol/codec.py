@@ -25,12 +25,47 @@ through Python.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import struct
 import uuid as _uuid
+from typing import Iterator
 
 from odradek.protocol.exceptions import ProtocolError
 
-MAX_ARRAY_COUNT = 1 << 24
+MAX_ARRAY_COUNT = 1_000_000      # Kafka 4.4 refuses longer arrays too
+
+# The decode budget: what decoding one request may cost in Python objects, so that no request costs
+# more than a small multiple of its size (KAFKA-14063; Kafka's own bound is about 8x). A frame of n bytes
+# may decode to max(DECODE_FLOOR_BYTES, DECODE_MULTIPLE * n) bytes of estimated objects: each array
+# element, each string or bytes value and each unknown tagged field is charged its CPython footprint.
+# Checking counts against the bytes that remain is not enough on its own: an empty topic name is two
+# bytes on the wire and about a hundred in memory.
+DECODE_MULTIPLE = 8
+DECODE_FLOOR_BYTES = 16 << 20
+ELEMENT_COST_BYTES = 96          # a slotted message object or a boxed number, plus its list slot
+VALUE_COST_BYTES = 48            # a str or bytes object's header, plus its length
+TAG_COST_BYTES = 128             # an unknown tagged field kept as (tag, bytes)
+_budget: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("odradek_decode_budget",
+                                                                        default=None)
+
+
+@contextlib.contextmanager
+def decode_budget(frame_bytes: int) -> Iterator[None]:
+    """Bound what decoding a frame of `frame_bytes` may allocate (see DECODE_MULTIPLE)."""
+    token = _budget.set([max(DECODE_FLOOR_BYTES, DECODE_MULTIPLE * frame_bytes)])
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def _charge(cost: int) -> None:
+    b = _budget.get()
+    if b is not None:
+        b[0] -= cost
+        if b[0] < 0:
+            raise ProtocolError(f"the request would decode to more than {DECODE_MULTIPLE}x its size")
 
 _S_I8 = struct.Struct(">b")
 _S_I16 = struct.Struct(">h")
@@ -223,6 +258,8 @@ def _take(data, pos: int, n: int, what: str):
     end = pos + n
     if n < 0 or end > len(data):
         raise ProtocolError(f"{what} length {n} runs past the end of the frame")
+    if _budget.get() is not None:
+        _charge(VALUE_COST_BYTES + n)
     return data[pos:end], end
 
 
@@ -409,8 +446,12 @@ def w_crecords(w: Writer, v) -> None:
 def r_count(data, pos: int) -> tuple[int, int]:
     """A classic array count; -1 is null. Checked against the bytes that remain."""
     (n,), pos = u_i32(data, pos), pos + 4
-    if n < -1 or n > len(data) - pos or n > MAX_ARRAY_COUNT:
+    if n < -1 or n > len(data) - pos:
         raise ProtocolError(f"array count {n} exceeds the {len(data) - pos} bytes that remain")
+    if n > MAX_ARRAY_COUNT:
+        raise ProtocolError(f"array count {n} exceeds the limit of {MAX_ARRAY_COUNT} elements")
+    if n > 0 and _budget.get() is not None:
+        _charge(n * ELEMENT_COST_BYTES)
     return n, pos
 
 
@@ -418,8 +459,12 @@ def r_ccount(data, pos: int) -> tuple[int, int]:
     """A compact array count (stored as count + 1); -1 is null."""
     n, pos = r_uvarint(data, pos)
     n -= 1
-    if n > len(data) - pos or n > MAX_ARRAY_COUNT:
+    if n > len(data) - pos:
         raise ProtocolError(f"array count {n} exceeds the {len(data) - pos} bytes that remain")
+    if n > MAX_ARRAY_COUNT:
+        raise ProtocolError(f"array count {n} exceeds the limit of {MAX_ARRAY_COUNT} elements")
+    if n > 0 and _budget.get() is not None:
+        _charge(n * ELEMENT_COST_BYTES)
     return n, pos
 
 
@@ -429,6 +474,8 @@ def r_tag_header(data, pos: int) -> tuple[int, int]:
     n, pos = r_uvarint(data, pos)
     if n > len(data) - pos:
         raise ProtocolError(f"tagged field count {n} exceeds the bytes that remain")
+    if n > 0 and _budget.get() is not None:
+        _charge(n * TAG_COST_BYTES)
     return n, pos
 
 

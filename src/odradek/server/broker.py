@@ -25,7 +25,7 @@ from odradek.server.apis.groups import start_group_coordinator
 from odradek.server.config import BrokerConfig, ConfigError, TopicConfig
 from odradek.server.dispatch import Dispatcher
 from odradek.server.fetch_session import FetchSessionCache
-from odradek.server.network import Listener
+from odradek.server.network import Listener, RequestPool
 from odradek.server.partition import Partition
 from odradek.server.purgatory import Purgatory
 from odradek.server.workers import WorkerPool
@@ -64,6 +64,7 @@ class Broker:
         self.group_coordinator = None   # odradek.coordinator.runtime.GroupCoordinator, from start()
         # Work that grows with its input runs here, off the event loop (server/workers.py).
         self.workers = WorkerPool(config.get("num.io.threads"), queue_max=config.get("queued.max.requests"))
+        self.request_pool = RequestPool(self._queued_bytes_limit(), config.get("queued.max.requests"))
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -87,10 +88,11 @@ class Broker:
             listener = Listener(
                 self.dispatcher,
                 max_request_bytes=self.config.get("socket.request.max.bytes"),
-                queued_max_request_bytes=self._queued_bytes_limit(),
+                pool=self.request_pool,
                 max_connections=self.config.get("max.connections"),
                 max_connections_per_ip=self.config.get("max.connections.per.ip"),
                 idle_ms=self.config.get("connections.max.idle.ms"),
+                receive_timeout_ms=self.config.get("socket.request.receive.timeout.ms"),
             )
             port = await listener.start(ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
@@ -98,8 +100,11 @@ class Broker:
         self._periodic = asyncio.get_running_loop().create_task(self._run_periodic())
 
     def _queued_bytes_limit(self) -> int:
+        """`queued.max.request.bytes`; Kafka's -1 (no pool) is 100 MiB here: a broker always bounds
+        the memory its requests hold. Never below one request of `socket.request.max.bytes`."""
         limit = self.config.get("queued.max.request.bytes")
-        return limit if limit and limit > 0 else 100 * 1024 * 1024
+        limit = limit if limit and limit > 0 else 100 * 1024 * 1024
+        return max(limit, self.config.get("socket.request.max.bytes"))
 
     def _cluster_id(self) -> str:
         path = "/cluster/id"

@@ -354,6 +354,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     K("socket.request.max.bytes", INT, 104857600, HIGH, AtLeast(1), "Largest request frame accepted."),
     K("socket.listen.backlog.size", INT, 50, MEDIUM, AtLeast(1), "Pending connections queue size."),
     K("connections.max.idle.ms", LONG, 600000, MEDIUM, None, "Close connections idle this long."),
+    K("socket.request.receive.timeout.ms", LONG, 30000, MEDIUM, AtLeast(1),
+      "odradek: close a connection whose request, once begun, is not complete within this time."),
     K("connection.failed.authentication.delay.ms", INT, 100, LOW, AtLeast(0),
       "Delay before closing a connection that failed authentication."),
     K("max.connections", INT, INT_MAX, MEDIUM, AtLeast(0), "Connections allowed in the broker.", dynamic=True),

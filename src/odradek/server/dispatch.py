@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from odradek.server.broker import Broker
 
 log = logging.getLogger("odradek.requests")
+INLINE_DECODE_MAX_BYTES = 64 * 1024
+PRODUCE_KEY = b"\x00\x00"   # the api key Produce, as the frame starts with it
 request_log = logging.getLogger("odradek.requests.completed")
 _request_loggers: dict[int, logging.Logger] = {}
 
@@ -52,7 +54,13 @@ class Dispatcher:
 
     async def __call__(self, conn: Connection, frame: bytes) -> list | None:
         try:
-            header, request = decode_request(frame)
+            if len(frame) > INLINE_DECODE_MAX_BYTES and frame[:2] != PRODUCE_KEY:
+                # Decoding is Python work that grows with the request (a Metadata request naming a
+                # million topics): off the loop. Produce is exempt: its records are referenced, not
+                # decoded, so even a 1 MiB Produce request decodes in microseconds.
+                header, request = await self.broker.workers.run(decode_request, frame)
+            else:
+                header, request = decode_request(frame)
         except UnsupportedVersionError as e:
             if e.api_key == API_VERSIONS_KEY and e.header is not None:
                 return self.unsupported_api_versions(e.header)

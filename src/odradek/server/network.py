@@ -1,17 +1,29 @@
 """Listeners and connections: the asyncio shell around the sans-I/O framing.
 
 Seed 003, "Network Layer" and "Protocol": one connection carries requests that the broker answers in
-the order they arrived. As in Kafka, a connection's requests are handled one at a time (the client may
-pipeline; the next request waits in a bounded queue), so responses are always in request order.
+the order they arrived. As in Kafka, a connection has one request in flight: once a read completes a
+request the connection is muted (it stops reading) until every request that read brought is answered,
+so the bytes of further pipelined requests stay in the kernel, not in the broker.
 
 Reads go into buffers the connection provides (asyncio.BufferedProtocol, `protocol.framing.FrameReader`):
-small requests into a per-connection scratch buffer, a large one straight into a buffer of its announced
-size, allocated (as Kafka does) once that size has passed `socket.request.max.bytes`.
+small requests into a per-connection scratch buffer, a large one into its own buffer, which grows with
+the bytes that arrive (never allocated at its announced size before they do).
 
-Limits (Kafka's names): `socket.request.max.bytes` checked on the size prefix before any allocation;
-`queued.max.request.bytes` bounds the bytes a connection may have received but not yet handled (reading
-pauses above it); `max.connections` and `max.connections.per.ip` refuse new connections beyond them;
-`connections.max.idle.ms` closes connections with no traffic.
+Limits (Kafka's names):
+- `socket.request.max.bytes`: checked on the size prefix before anything is allocated.
+- `queued.max.request.bytes` and `queued.max.requests`: one broker-wide `RequestPool` (KIP-72). A
+  large request's buffer is granted by the pool once its size is known; small requests are charged
+  when read; both are released when answered. When the pool is exhausted the connections that need it
+  stop reading, and are resumed first come, first served as memory returns: the broker stops reading
+  rather than allocate.
+- `socket.request.receive.timeout.ms` (odradek's; Kafka has no such key): a request whose first byte
+  has arrived must be complete within this time (counted while the broker is reading from that
+  connection), so a sender of one byte per second is closed and what it held is released.
+- `max.connections`, `max.connections.per.ip`: new connections beyond them are refused.
+- `connections.max.idle.ms`: connections with no traffic are closed.
+
+Fairness: each connection is served by its own task and yields to the loop between requests, so
+connections take turns (round-robin in the loop's ready queue) and none monopolises the loop.
 """
 
 from __future__ import annotations
@@ -31,21 +43,70 @@ log = logging.getLogger("odradek.network")
 Handler = Callable[["Connection", bytes], Awaitable[list | None]]
 
 
+class RequestPool:
+    """The broker-wide budget of received, unanswered requests (KIP-72): `bytes_max` bytes
+    (`queued.max.request.bytes`) and `requests_max` requests (`queued.max.requests`). Connections
+    that cannot proceed wait in arrival order and are woken as requests are answered."""
+
+    def __init__(self, bytes_max: int, requests_max: int) -> None:
+        self.bytes_max = bytes_max
+        self.requests_max = requests_max
+        self.bytes_used = 0
+        self.requests = 0
+        self._waiters: dict["Connection", None] = {}     # insertion-ordered: FIFO
+
+    @property
+    def full(self) -> bool:
+        return self.bytes_used >= self.bytes_max or self.requests >= self.requests_max
+
+    def try_reserve(self, nbytes: int) -> bool:
+        """Grant a large request's buffer, unless that would pass the limit (an empty pool grants any
+        single request, so one request of `socket.request.max.bytes` can always be read)."""
+        if self.bytes_used and self.bytes_used + nbytes > self.bytes_max:
+            return False
+        self.bytes_used += nbytes
+        return True
+
+    def charge(self, nbytes: int) -> None:
+        """A small request already read (its bytes are here whatever the pool says)."""
+        self.bytes_used += nbytes
+
+    def add_requests(self, n: int) -> None:
+        self.requests += n
+
+    def release(self, nbytes: int, requests: int = 0) -> None:
+        self.bytes_used -= nbytes
+        self.requests -= requests
+        assert self.bytes_used >= 0 and self.requests >= 0, (self.bytes_used, self.requests)
+        while self._waiters and not self.full:
+            conn = next(iter(self._waiters))
+            if not conn.pool_available():
+                break                     # first come, first served: the head waits for more room
+            del self._waiters[conn]
+
+    def wait(self, conn: "Connection") -> None:
+        self._waiters[conn] = None
+
+    def forget(self, conn: "Connection") -> None:
+        self._waiters.pop(conn, None)
+
+
 class Connection(asyncio.BufferedProtocol):
-    """One client connection. Reads go straight into the buffers of a FrameReader (a large request is
-    read into its own buffer, no copies in Python)."""
+    """One client connection. Reads go straight into the buffers of a FrameReader; the connection
+    stops reading while it has requests to answer ("muted") or while the pool has no room ("pool")."""
 
     def __init__(self, listener: "Listener") -> None:
         self.listener = listener
-        self.reader = FrameReader(listener.max_request_bytes)
-        self.pending: collections.deque[bytes] = collections.deque()
-        self.pending_bytes = 0
+        self.pool = listener.pool
+        self.reader = FrameReader(listener.max_request_bytes, pool=listener.pool)
+        self.pending: collections.deque[bytearray] = collections.deque()
         self.transport: asyncio.Transport | None = None
         self.peer: tuple = ("?", 0)
         self.worker: asyncio.Task | None = None
         self.last_active = time.monotonic()
+        self.receive_started: float | None = None   # when the request being received began arriving
         self.closed = False
-        self.reading_paused = False
+        self.paused_for: set[str] = set()           # "muted", "pool"
         self.drained = asyncio.Event()
         self.drained.set()
 
@@ -68,16 +129,46 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.peer[0], e)
             self.close()
             return
-        if not frames:
-            return
-        for f in frames:
-            self.pending.append(f)
-            self.pending_bytes += len(f)
-        if self.pending_bytes > self.listener.queued_max_request_bytes and not self.reading_paused:
+        if frames:
+            self.pending.extend(frames)
+            self.pool.add_requests(len(frames))
+            self._pause("muted")
+            if self.worker is None or self.worker.done():
+                self.worker = asyncio.get_running_loop().create_task(self._work())
+        if self.reader.waiting_bytes or self.pool.full:
+            self._pause("pool")
+            self.pool.wait(self)
+        self._track_receive()
+
+    def pool_available(self) -> bool:
+        """The pool has room again (called by RequestPool.release, in arrival order); False if this
+        connection still cannot proceed and keeps its place in the queue."""
+        if self.closed:
+            return True
+        if not self.reader.retry_reserve() or self.pool.full:
+            return False
+        self._resume("pool")
+        return True
+
+    def _pause(self, reason: str) -> None:
+        if not self.paused_for and not self.closed:
             self.transport.pause_reading()
-            self.reading_paused = True
-        if self.worker is None or self.worker.done():
-            self.worker = asyncio.get_running_loop().create_task(self._work())
+        self.paused_for.add(reason)
+        self.receive_started = None
+
+    def _resume(self, reason: str) -> None:
+        self.paused_for.discard(reason)
+        if not self.paused_for and not self.closed:
+            self.transport.resume_reading()
+            self._track_receive()
+
+    def _track_receive(self) -> None:
+        """Start the receive deadline when a request has begun arriving while we read; stop it when
+        no partial request is held."""
+        if self.reader.buffered_bytes == 0 or self.paused_for:
+            self.receive_started = None
+        elif self.receive_started is None:
+            self.receive_started = time.monotonic()
 
     def pause_writing(self) -> None:
         self.drained.clear()
@@ -89,10 +180,22 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = True
         self.drained.set()
         self.listener.forget(self)
+        self._release_all()
         if self.worker is not None and not self.worker.done():
             # Not at once: right after this callback asyncio's transport fails the waiter that
             # loop.sendfile may be parked on, and raises InvalidStateError if we cancelled it first.
             asyncio.get_running_loop().call_soon(self._cancel_worker)
+
+    def _release_all(self) -> None:
+        """Give back to the pool what this connection holds: unanswered requests, a partial large one."""
+        held = sum(len(f) for f in self.pending)
+        n = len(self.pending)
+        self.pending.clear()
+        reserved = self.reader.reserved_bytes
+        self.reader = FrameReader(0)     # drop the partial buffer; nothing more is read
+        self.pool.forget(self)
+        if held or n or reserved:
+            self.pool.release(held + reserved, n)
 
     def _cancel_worker(self) -> None:
         if self.worker is not None and not self.worker.done():
@@ -101,11 +204,7 @@ class Connection(asyncio.BufferedProtocol):
     # ------------------------------------------------------------------------- request loop
     async def _work(self) -> None:
         while self.pending and not self.closed:
-            f = self.pending.popleft()
-            self.pending_bytes -= len(f)
-            if self.reading_paused and self.pending_bytes <= self.listener.queued_max_request_bytes // 2:
-                self.transport.resume_reading()
-                self.reading_paused = False
+            f = self.pending[0]
             try:
                 chunks = await self.listener.handler(self, f)
             except ConnectionClosing:
@@ -126,7 +225,15 @@ class Connection(asyncio.BufferedProtocol):
                     log.info("closing connection from %s: sending a response failed: %r", self.peer[0], e)
                     self.abort()
                     return
+            if self.closed:
+                return
+            self.pending.popleft()
+            self.pool.release(len(f), 1)
             self.last_active = time.monotonic()
+            if self.pending:
+                await asyncio.sleep(0)          # let other connections have their turn
+        if not self.closed:
+            self._resume("muted")
 
     async def send(self, chunks: list) -> None:
         size = 0
@@ -169,11 +276,13 @@ class ConnectionClosing(Exception):
 class Listener:
     """One listening socket; owns its connections."""
 
-    def __init__(self, handler: Handler, *, max_request_bytes: int, queued_max_request_bytes: int,
-                 max_connections: int, max_connections_per_ip: int, idle_ms: int) -> None:
+    def __init__(self, handler: Handler, *, max_request_bytes: int, pool: RequestPool,
+                 max_connections: int, max_connections_per_ip: int, idle_ms: int,
+                 receive_timeout_ms: int = 30_000) -> None:
         self.handler = handler
         self.max_request_bytes = max_request_bytes
-        self.queued_max_request_bytes = max(queued_max_request_bytes, max_request_bytes)
+        self.pool = pool
+        self.receive_timeout_ms = receive_timeout_ms
         self.max_connections = max_connections
         self.max_connections_per_ip = max_connections_per_ip
         self.idle_ms = idle_ms
@@ -215,13 +324,20 @@ class Listener:
         return self.server.sockets[0].getsockname()[1]
 
     async def _reap_idle(self) -> None:
-        period = max(0.05, min(self.idle_ms / 1000 / 4, 30.0))
+        period = max(0.05, min(min(self.idle_ms, self.receive_timeout_ms) / 1000 / 4, 30.0))
         while True:
             await asyncio.sleep(period)
-            cutoff = time.monotonic() - self.idle_ms / 1000
+            now = time.monotonic()
+            cutoff = now - self.idle_ms / 1000
+            receive_cutoff = now - self.receive_timeout_ms / 1000
             for conn in list(self.connections):
                 if conn.last_active < cutoff and not conn.pending and (conn.worker is None or conn.worker.done()):
                     conn.close()
+                elif conn.receive_started is not None and conn.receive_started < receive_cutoff:
+                    log.warning("closing connection from %s: a request of which %d bytes have arrived was "
+                                "not complete within socket.request.receive.timeout.ms=%d", conn.peer[0],
+                                conn.reader.buffered_bytes, self.receive_timeout_ms)
+                    conn.abort()
 
     async def aclose(self) -> None:
         if self.server is not None:
