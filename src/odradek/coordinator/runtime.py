@@ -9,20 +9,34 @@ It owns one `GroupShard` per `__consumer_offsets` partition this broker leads, a
   coordinator too early is rejected and retries). Groups of partitions it does not lead get
   NOT_COORDINATOR;
 - runs operations (`execute`): calls the pure operation with the clock's time, parks the caller if
-  the operation says so, appends the records as one batch through the partition's log (one broker:
-  acks=all is immediate), replays them, and hands out completions;
+  the operation says so, appends the records as one batch through the partition's log as leader and
+  replays them at once (later operations see them, as Kafka's uncommitted timeline state);
+- completes a write when the partition's high watermark reaches its records (Kafka's
+  CoordinatorRuntime deferred events): the caller's response and the completions the write produced
+  (answers to parked callers) wait until `high_watermark_advanced` reports the offset after the batch.
+  An operation that writes nothing waits for the last write of its partition, so no answer ever
+  reveals state that is not committed. When the high watermark is already there (one broker, or a
+  fast ISR) nothing waits;
 - runs timers: sleeps until the earliest deadline of any shard and fires what is due.
 
+A write that cannot be committed here (an append failure, or resigning before the high watermark
+passes it) fails its waiters with COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR, and the shard is
+reloaded from its committed records.
+
 Everything it holds is bounded: parked callers by connections (a connection sends one request at a
-time), timers by groups and members, a load read by `offsets.load.buffer.size`.
+time), writes waiting for the high watermark by those callers plus timers, timers by groups and
+members, a load read by `offsets.load.buffer.size`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
-from typing import Callable, Protocol
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
 from odradek.coordinator.membership import fire
 from odradek.coordinator.offsets import remove_topics
@@ -52,11 +66,26 @@ class CoordinatorLog(Protocol):
     @property
     def high_watermark(self) -> int: ...
 
-    def append(self, batch: bytes, now_ms: int) -> None:
-        """Append one batch as the leader and wait until it is committed; raise on failure."""
+    def append(self, batch: bytes, now_ms: int) -> int:
+        """Append one batch as the leader and return the offset after it, without waiting for it to
+        be committed (the runtime is told through `high_watermark_advanced`); raise on failure."""
 
     def read(self, start_offset: int, max_bytes: int) -> bytes:
         """Whole batches from start_offset, about max_bytes (at least one batch)."""
+
+
+@dataclass(slots=True)
+class DeferredWrite:
+    """A write's outcome, held until the high watermark reaches `offset`."""
+    offset: int
+    completions: list[tuple[WaitKey, Any]]
+    done: asyncio.Future[None]
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    """Mark an outcome as seen: writes of timers are awaited by nobody."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 class GroupCoordinator:
@@ -68,6 +97,8 @@ class GroupCoordinator:
         self.partition_count: int | None = None
         self._shards: dict[int, GroupShard] = {}
         self._logs: dict[int, CoordinatorLog] = {}
+        self._last_written: dict[int, int] = {}          # partition -> offset after its last write
+        self._deferred: dict[int, deque[DeferredWrite]] = {}
         self._loading: dict[int, asyncio.Task] = {}
         self._waiters: dict[WaitKey, asyncio.Future] = {}
         self._wake: asyncio.Event | None = None
@@ -101,7 +132,7 @@ class GroupCoordinator:
         self._logs[partition] = log_
         task = asyncio.get_running_loop().create_task(self._load(partition, log_))
         self._loading[partition] = task
-        task.add_done_callback(lambda t, p=partition: self._loaded(p, t))
+        task.add_done_callback(functools.partial(self._loaded, partition))
 
     def resign(self, partition: int) -> None:
         """Leadership moved away: drop the shard; parked callers go find the new coordinator."""
@@ -110,6 +141,10 @@ class GroupCoordinator:
             task.cancel()
         self._shards.pop(partition, None)
         self._logs.pop(partition, None)
+        self._last_written.pop(partition, None)
+        for write in self._deferred.pop(partition, ()):
+            if not write.done.done():
+                write.done.set_exception(CoordinatorError(ErrorCode.NOT_COORDINATOR))
         self._fail_waiters(lambda key: self._partition_of(key[1]) == partition, ErrorCode.NOT_COORDINATOR)
 
     def owns(self, partition: int) -> bool:
@@ -137,14 +172,17 @@ class GroupCoordinator:
         raise CoordinatorError(ErrorCode.NOT_COORDINATOR)
 
     # ------------------------------------------------------------------------------ operations
-    async def execute(self, group_id: str, op: Callable[..., Outcome], *args):
-        """Run `op(shard, *args, now_ms)` for the group's shard; its response, once it has one."""
+    async def execute(self, group_id: str, op: Callable[..., Outcome], *args: Any) -> Any:
+        """Run `op(shard, *args, now_ms)` for the group's shard; its response once its write is
+        committed and, for a parked caller, once it has one."""
         shard = self.shard_for(group_id)
         now = self.clock()
         outcome = op(shard, *args, now)
         fut = self._park(outcome.park) if outcome.park is not None else None
         try:
-            self._commit(shard, outcome, now)
+            committed = self._commit(shard, outcome, now)
+            if committed is not None:
+                await committed
         except CoordinatorError:
             if fut is not None and fut.done() and not fut.cancelled():
                 fut.exception()   # failed with the shard; the caller gets the error raised here
@@ -152,6 +190,15 @@ class GroupCoordinator:
         if fut is None:
             return outcome.response
         return await fut
+
+    def high_watermark_advanced(self, partition: int, high_watermark: int) -> None:
+        """The partition's high watermark moved: complete the writes it has passed, in order."""
+        queue = self._deferred.get(partition)
+        while queue and queue[0].offset <= high_watermark:
+            write = queue.popleft()
+            self._complete(write.completions)
+            if not write.done.done():
+                write.done.set_result(None)
 
     def remove_topics(self, topics: set[str]) -> None:
         """Deleted topics: their committed offsets go from every group this broker coordinates."""
@@ -162,38 +209,58 @@ class GroupCoordinator:
             except CoordinatorError:
                 pass   # the shard is reloading; its groups are cleaned when it is loaded again
 
-    def query(self, group_id: str, fn: Callable, *args):
+    def query(self, group_id: str, fn: Callable[..., Any], *args: Any) -> Any:
         """A read-only look at the group's shard: `fn(shard, *args)`."""
         return fn(self.shard_for(group_id), *args)
 
-    def _commit(self, shard: GroupShard, outcome: Outcome, now_ms: int) -> None:
+    def _commit(self, shard: GroupShard, outcome: Outcome, now_ms: int) -> asyncio.Future[None] | None:
+        """Append and replay the outcome's records; None if the partition's high watermark has
+        reached its last write (the completions are handed out), else a future set when it does."""
+        p = shard.partition
+        log_ = self._logs[p]
         if outcome.records:
             try:
-                self._logs[shard.partition].append(build_batch(outcome.records, now_ms), now_ms)
+                end = log_.append(build_batch(outcome.records, now_ms), now_ms)
             except Exception as e:  # noqa: BLE001 - any append failure leaves the state unknown
                 log.error("appending %d records to __consumer_offsets-%d failed: %s; reloading it",
-                          len(outcome.records), shard.partition, e)
-                self._reload(shard.partition)
+                          len(outcome.records), p, e)
+                self._reload(p)
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from e
+            self._last_written[p] = end
             for r in outcome.records:
                 shard.replay(r, now_ms)
-        for key, response in outcome.completions:
+        deadline = shard.next_deadline()
+        if deadline is not None and (self._next_wake_ms is None or deadline < self._next_wake_ms):
+            assert self._wake is not None
+            self._wake.set()
+        if log_.high_watermark >= self._last_written.get(p, 0):
+            self._complete(outcome.completions)
+            return None
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.add_done_callback(_retrieve)
+        self._deferred.setdefault(p, deque()).append(
+            DeferredWrite(self._last_written[p], list(outcome.completions), done))
+        return done
+
+    def _complete(self, completions: list[tuple[WaitKey, Any]]) -> None:
+        for key, response in completions:
             fut = self._waiters.pop(key, None)
             if fut is not None and not fut.done():
                 fut.set_result(response)
-        deadline = shard.next_deadline()
-        if deadline is not None and (self._next_wake_ms is None or deadline < self._next_wake_ms):
-            self._wake.set()
 
     def _park(self, key: WaitKey) -> asyncio.Future:
         old = self._waiters.pop(key, None)
         if old is not None and not old.done():
             # The same member asked again on another connection: the first request is stale.
             old.set_exception(CoordinatorError(ErrorCode.REBALANCE_IN_PROGRESS))
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._waiters[key] = fut
-        fut.add_done_callback(lambda f, k=key: self._waiters.pop(k, None) if self._waiters.get(k) is f else None)
+        fut.add_done_callback(functools.partial(self._unpark, key))
         return fut
+
+    def _unpark(self, key: WaitKey, fut: asyncio.Future[Any]) -> None:
+        if self._waiters.get(key) is fut:
+            del self._waiters[key]
 
     def _fail_waiters(self, which: Callable[[WaitKey], bool], code: ErrorCode) -> None:
         for key in [k for k in self._waiters if which(k)]:
@@ -234,7 +301,7 @@ class GroupCoordinator:
                 "%d records, %d groups", partition, now - started, records, len(shard.groups))
         return shard
 
-    def _loaded(self, partition: int, task: asyncio.Task) -> None:
+    def _loaded(self, partition: int, task: asyncio.Task[GroupShard]) -> None:
         if self._loading.get(partition) is not task:
             return
         del self._loading[partition]
@@ -249,6 +316,8 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------------------ timers
     async def _run_timers(self) -> None:
+        wake = self._wake
+        assert wake is not None
         while True:
             now = self.clock()
             nearest = None
@@ -265,14 +334,14 @@ class GroupCoordinator:
                 deadline = shard.next_deadline()
                 if deadline is not None and (nearest is None or deadline < nearest):
                     nearest = deadline
-            self._wake.clear()
+            wake.clear()
             self._next_wake_ms = nearest
             # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that arrives
             # together with the wake-up, and aclose() would then wait for the next deadline.
             handle = None if nearest is None else asyncio.get_running_loop().call_later(
-                max(nearest - self.clock(), 0) / 1000, self._wake.set)
+                max(nearest - self.clock(), 0) / 1000, wake.set)
             try:
-                await self._wake.wait()
+                await wake.wait()
             finally:
                 if handle is not None:
                     handle.cancel()

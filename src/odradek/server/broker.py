@@ -1,8 +1,12 @@
 """The broker: configuration, log manager, metadata, partitions, listeners, and their lifecycle.
 
 DESIGN, "How data flows" and "Metadata and the cluster". In embedded mode (the default for
-`odradek serve`) the broker is its own controller: topic changes are written to the embedded store
-and the partitions this broker leads are opened at once.
+`odradek serve`) the broker is its own controller: topic changes are written to the embedded store,
+published in the metadata image (`metadata_cache.py`), and then applied to the replica manager as a
+LeaderAndIsr for the partitions this broker hosts.
+
+The broker only wires and runs its collaborators: request handlers get them as a typed context
+(`context.py`), never the broker itself (but for the handlers not yet migrated, through `ctx.broker`).
 """
 
 from __future__ import annotations
@@ -12,22 +16,26 @@ import logging
 import os
 import time
 import uuid
-from typing import Callable
+from typing import Any, Callable
 
 from odradek.cluster.store import EmbeddedStore
 from odradek.cluster.topics import TopicInfo, TopicStore, assign_replicas, validate_topic_name
-from odradek.coordinator.records import OFFSETS_TOPIC
+from odradek.coordinator.runtime import GroupCoordinator
 from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import metadata as metadata_msgs
 from odradek.server.apis import HANDLERS
 from odradek.server.apis.api_versions import supported
-from odradek.server.apis.groups import start_group_coordinator
-from odradek.server.config import BrokerConfig, ConfigError, TopicConfig
+from odradek.server.config import BrokerConfig, ConfigError, Endpoint, TopicConfig
+from odradek.server.context import RequestContext, Services
+from odradek.server.coordinators import Coordinators
 from odradek.server.dispatch import Dispatcher
 from odradek.server.fetch_session import FetchSessionCache
-from odradek.server.network import Listener, RequestPool
-from odradek.server.partition import Partition
+from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache, MetadataImage
+from odradek.server.network import Connection, Listener, RequestPool
+from odradek.server.partition import LeaderAndIsrState, Partition, PartitionLog
 from odradek.server.purgatory import Purgatory
+from odradek.server.replica_manager import ReplicaManager
 from odradek.server.workers import WorkerPool
 from odradek.storage.config import LogConfig, LogManagerConfig
 from odradek.storage.manager import LogManager
@@ -41,30 +49,73 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class LocalLogs:
+    """The replica manager's `LogProvider` over the broker's LogManager (opened in `Broker.start`)."""
+
+    def __init__(self, log_config_for: Callable[[str], LogConfig], producer_id_expiration_ms: int) -> None:
+        self.manager: LogManager | None = None
+        self.log_config_for = log_config_for
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+
+    def open_log(self, topic: str, partition: int, now_ms: int) -> PartitionLog:
+        assert self.manager is not None, "logs are opened by Broker.start"
+        log_ = self.manager.get_or_create_log(topic, partition, now_ms, self.log_config_for(topic))
+        log_.producer_state.producer_id_expiration_ms = self.producer_id_expiration_ms
+        return log_
+
+    def delete_log(self, topic: str, partition: int, now_ms: int) -> None:
+        assert self.manager is not None
+        self.manager.delete_log(topic, partition, now_ms)
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self.config = config
         self.clock = clock
         self.broker_id = config.broker_id
         self.controller_id = self.broker_id
-        self.partitions: dict[tuple[str, int], Partition] = {}
-        self.purgatory = Purgatory()
+        self.metadata = MetadataCache(MetadataImage(config, controller_id=self.broker_id))
+        self.local_logs = LocalLogs(self.log_config_for, config.get("producer.id.expiration.ms"))
+        self.replica_manager = ReplicaManager(
+            self.broker_id, self.local_logs, self.metadata, clock,
+            replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"))
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
-        self.listeners: list[tuple[Listener, object]] = []
+        self.listeners: list[tuple[Listener, Endpoint]] = []
+        self._listener_names: dict[Listener, str] = {}
         self.bound_ports: dict[str, int] = {}
         self.api_versions = supported(HANDLERS)
-        self.dispatcher = Dispatcher(self, HANDLERS)
+        # Work that grows with its input runs here, off the event loop (server/workers.py).
+        self.workers = WorkerPool(config.get("num.io.threads"), queue_max=config.get("queued.max.requests"))
+        self.request_pool = RequestPool(self._queued_bytes_limit(), config.get("queued.max.requests"))
+        self.dispatcher = Dispatcher(self.request_context, HANDLERS, self.workers)
         self._periodic: asyncio.Task | None = None
         self.logs: LogManager | None = None
         self.store: EmbeddedStore | None = None
         self.topics: TopicStore | None = None
-        self.cluster_id: str | None = None
-        self._topic_configs: dict[str, TopicConfig] = {}
-        self._topic_ids: dict = {}
-        self.group_coordinator = None   # odradek.coordinator.runtime.GroupCoordinator, from start()
-        # Work that grows with its input runs here, off the event loop (server/workers.py).
-        self.workers = WorkerPool(config.get("num.io.threads"), queue_max=config.get("queued.max.requests"))
-        self.request_pool = RequestPool(self._queued_bytes_limit(), config.get("queued.max.requests"))
+        self.coordinators = Coordinators(self.broker_id, self.replica_manager, self.metadata, self, clock)
+        self.services: Services | None = None
+
+    # ----------------------------------------------------------------------------- collaborators
+    @property
+    def config(self) -> BrokerConfig:
+        return self.metadata.image.config
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self.metadata.image.cluster_id
+
+    @property
+    def purgatory(self) -> Purgatory:
+        return self.replica_manager.purgatory
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator | None:
+        return self.coordinators.group
+
+    def request_context(self, connection: Connection | None, header: RequestHeader) -> RequestContext:
+        """The context a handler gets for one request (the dispatcher's factory)."""
+        assert self.services is not None, "requests are served only once the broker is started"
+        listener = self._listener_names.get(connection.listener) if connection is not None else None
+        return RequestContext(self.services, header, connection, listener)
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -74,16 +125,22 @@ class Broker:
             os.makedirs(d, exist_ok=True)
         self.store = EmbeddedStore(os.path.join(dirs[0], METADATA_FILE))
         self.topics = TopicStore(self.store)
-        self.cluster_id = self._cluster_id()
+        self.metadata.update(self.metadata.image.with_cluster_id(self._cluster_id()))
         self._load_dynamic_broker_configs()
+        infos = [i for i in (self.topics.get(n) for n in self.topics.names()) if i is not None]
+        self.metadata.update(self.metadata.image.with_topics(infos))
         self.logs = LogManager.open(self._log_manager_config(), now_ms=now,
                                     config_for_topic=self.log_config_for)
+        self.local_logs.manager = self.logs
         self.logs.ensure_meta_properties(self.broker_id, self.cluster_id)
-        for name in self.topics.names():
-            info = self.topics.get(name)
-            if info is not None:
-                self._open_partitions(info, now)
-        await start_group_coordinator(self)
+        for info in infos:
+            self._open_partitions(info, now)
+        await self.replica_manager.start()
+        await self.coordinators.start()
+        self.services = Services(
+            broker_id=self.broker_id, clock=self.clock, metadata=self.metadata,
+            replica_manager=self.replica_manager, coordinators=self.coordinators, controller=self,
+            log_dirs=self.logs, workers=self.workers, fetch_sessions=self.fetch_sessions, broker=self)
         for ep in self.config.listeners:
             listener = Listener(
                 self.dispatcher,
@@ -97,6 +154,8 @@ class Broker:
             port = await listener.start(ep.host, ep.port)
             self.bound_ports[ep.listener_name] = port
             self.listeners.append((listener, ep))
+            self._listener_names[listener] = ep.listener_name
+        self._publish_registration()
         self._periodic = asyncio.get_running_loop().create_task(self._run_periodic())
 
     def _queued_bytes_limit(self) -> int:
@@ -106,7 +165,14 @@ class Broker:
         limit = limit if limit and limit > 0 else 100 * 1024 * 1024
         return max(limit, self.config.get("socket.request.max.bytes"))
 
+    def _publish_registration(self) -> None:
+        """This broker, with its advertised endpoints, is the one live broker of the image."""
+        endpoints = tuple(BrokerEndpoint(ep.listener_name, *self._advertised(ep)) for _, ep in self.listeners)
+        me = BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
+        self.metadata.update(self.metadata.image.with_brokers({self.broker_id: me}, self.controller_id))
+
     def _cluster_id(self) -> str:
+        assert self.store is not None
         path = "/cluster/id"
         if self.store.exists(path):
             return self.store.get(path)[0]["id"]
@@ -134,8 +200,8 @@ class Broker:
                 await self._periodic
             except asyncio.CancelledError:
                 pass
-        if self.group_coordinator is not None:
-            await self.group_coordinator.aclose()
+        await self.coordinators.aclose()
+        await self.replica_manager.aclose()
         if self.logs is not None:
             self.logs.close(self.clock())
             self.logs = None
@@ -151,50 +217,28 @@ class Broker:
 
     # ----------------------------------------------------------------------------- topics
     def topic_config(self, topic: str) -> TopicConfig:
-        tc = self._topic_configs.get(topic)
-        if tc is None:
-            info = self.topics.get(topic) if self.topics else None
-            tc = TopicConfig.resolve(info.configs if info else {}, self.config)
-            self._topic_configs[topic] = tc
-        return tc
+        return self.metadata.topic_config(topic)
 
     def log_config_for(self, topic: str | None) -> LogConfig:
-        tc = self.topic_config(topic) if topic is not None else TopicConfig.resolve({}, self.config)
+        tc = self.metadata.topic_config(topic)
         props = {name: tc[name].value_string for name in (
             "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
             "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy")}
         return LogConfig().from_properties(props)
 
-    def topic_by_id(self, topic_id) -> TopicInfo | None:
-        """Topic ids resolve through a cache rebuilt from the store whenever it misses or is stale,
-        so creations and deletions need no hook here."""
-        for attempt in range(2):
-            name = self._topic_ids.get(topic_id)
-            if name is not None:
-                info = self.topics.get(name)
-                if info is not None and info.topic_id == topic_id:
-                    return info
-            if attempt == 0:
-                self._topic_ids = {}
-                for n in self.topics.names():
-                    i = self.topics.get(n)
-                    if i is not None:
-                        self._topic_ids[i.topic_id] = n
-        return None
+    def topic_by_id(self, topic_id: Any) -> TopicInfo | None:
+        return self.metadata.topic_by_id(topic_id)
 
     def live_broker_ids(self) -> set[int]:
-        return {self.broker_id}
+        return set(self.metadata.image.live_broker_ids())
 
-    def broker_metadata(self, connection) -> list:
-        out = []
-        for listener, ep in self.listeners:
-            if connection is None or connection.listener is listener:
-                adv = self._advertised(ep)
-                out.append(metadata_msgs.MetadataResponseBroker(
-                    node_id=self.broker_id, host=adv[0], port=adv[1], rack=self.config.get("broker.rack")))
-        return out
+    def broker_metadata(self, connection: Connection | None) -> list:
+        """Live brokers on the connection's listener, for the handlers not yet migrated."""
+        name = self._listener_names.get(connection.listener) if connection is not None else None
+        return [metadata_msgs.MetadataResponseBroker(node_id=b.broker_id, host=e.host, port=e.port, rack=b.rack)
+                for b, e in self.metadata.image.alive_endpoints(name)]
 
-    def _advertised(self, ep) -> tuple[str, int]:
+    def _advertised(self, ep: Endpoint) -> tuple[str, int]:
         for a in self.config.advertised_listeners:
             if a.listener_name == ep.listener_name:
                 port = a.port or self.bound_ports.get(ep.listener_name, ep.port)
@@ -237,7 +281,7 @@ class Broker:
         if validate_only:
             return None, ErrorCode.NONE, None
         info = self.topics.create(name, assignment, configs)
-        self._topic_configs.pop(name, None)
+        self.metadata.update(self.metadata.image.with_topics([info]))
         self._open_partitions(info, self.clock())
         log.info("created topic %s with %d partition(s)", name, len(assignment))
         return info, ErrorCode.NONE, None
@@ -249,14 +293,13 @@ class Broker:
         return info, error
 
     def _open_partitions(self, info: TopicInfo, now_ms: int) -> None:
-        for p, st in info.partitions.items():
-            if self.broker_id not in st.replicas or (info.name, p) in self.partitions:
-                continue
-            log_ = self.logs.get_or_create_log(info.name, p, now_ms, self.log_config_for(info.name))
-            self.partitions[(info.name, p)] = Partition(
-                info.name, p, log_, leader_epoch=st.leader_epoch, replicas=list(st.replicas),
-                isr=list(st.isr), broker_id=self.broker_id,
-                producer_id_expiration_ms=self.config.get("producer.id.expiration.ms"))
+        """The embedded controller's LeaderAndIsr to this broker: the partitions it hosts and does
+        not have yet."""
+        self.replica_manager.apply_leader_and_isr(
+            [LeaderAndIsrState(info.name, p, st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
+             for p, st in info.partitions.items()
+             if self.broker_id in st.replicas and self.replica_manager.get_partition(info.name, p) is None],
+            now_ms)
 
     def next_producer_id(self) -> int:
         path = "/latest_producer_id_block"
@@ -270,25 +313,22 @@ class Broker:
         return pid
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        return self.partitions.get((topic, index))
+        return self.replica_manager.get_partition(topic, index)
 
     # ----------------------------------------------------------------------------- admin changes
     # Called by apis/admin_*.py after validation; each change is in the store before it takes effect.
     def delete_topic(self, name: str) -> None:
         info = self.topics.get(name)
-        now = self.clock()
-        for p in (info.partitions if info is not None else ()):
-            self.partitions.pop((name, p), None)
-            self.logs.delete_log(name, p, now)
-            self.purgatory.notify((name, p))
+        self.replica_manager.stop_replicas([(name, p) for p in (info.partitions if info is not None else ())],
+                                           delete=True, now_ms=self.clock())
         self.topics.delete(name)
-        self._topic_configs.pop(name, None)
-        if self.group_coordinator is not None and name != OFFSETS_TOPIC:
-            self.group_coordinator.remove_topics({name})
+        self.metadata.update(self.metadata.image.without_topics([name]))
+        self.coordinators.topics_deleted({name})
         log.info("deleted topic %s", name)
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicInfo:
         info = self.topics.add_partitions(name, assignment)
+        self.metadata.update(self.metadata.image.with_topics([info]))
         self._open_partitions(info, self.clock())
         log.info("topic %s now has %d partition(s)", name, len(info.partitions))
         return info
@@ -296,7 +336,9 @@ class Broker:
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace a topic's overrides; produce, fetch and the logs see them at once."""
         self.topics.set_configs(name, configs)
-        self._topic_configs.pop(name, None)
+        info = self.topics.get(name)
+        if info is not None:
+            self.metadata.update(self.metadata.image.with_topics([info]))
         self._reconfigure_logs(name)
 
     def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
@@ -312,8 +354,7 @@ class Broker:
                     self.store.set(path, value)
                 else:
                     self.store.create(path, value)
-        self.config = new
-        self._topic_configs.clear()
+        self.metadata.update(self.metadata.image.with_config(new))
         self._reconfigure_logs(None)
 
     def _load_dynamic_broker_configs(self) -> None:
@@ -324,14 +365,14 @@ class Broker:
                 layers[key] = self.store.get(path)[0].get("config", {})
         if layers:
             try:
-                self.config = self.config.with_dynamic(**layers)
+                self.metadata.update(self.metadata.image.with_config(self.config.with_dynamic(**layers)))
             except ConfigError as e:
                 log.error("ignoring the stored dynamic broker configs: %s", e)
 
     def _reconfigure_logs(self, topic: str | None) -> None:
-        for (t, _), part in self.partitions.items():
-            if topic is None or t == topic:
-                part.log.update_config(self.log_config_for(t))
+        for part in self.replica_manager.partitions():
+            if topic is None or part.topic == topic:
+                part.log.update_config(self.log_config_for(part.topic))  # type: ignore[attr-defined]
 
 
 def _new_cluster_id() -> str:

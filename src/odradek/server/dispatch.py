@@ -1,6 +1,7 @@
 """Request dispatch: one table from API key to handler (STYLE, "One module per API family").
 
-A handler is `async def handle_<api>(ctx, request) -> response | None`; it returns the response
+A handler is `async def handle_<api>(ctx, request) -> response | None`, `ctx` the typed
+`server.context.RequestContext` the broker's factory makes for each request; it returns the response
 message (encoded here at the request's version) or None when the API sends no response (Produce with
 acks=0). Partition-level failures are error codes inside the response, never exceptions.
 
@@ -13,18 +14,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from odradek.protocol.api import decode_request, encode_response
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
 from odradek.protocol.headers import API_VERSIONS_KEY, RequestHeader
 from odradek.protocol.messages import api_versions
+from odradek.server.context import RequestContext, Workers
 from odradek.server.network import Connection, ConnectionClosing
-
-if TYPE_CHECKING:
-    from odradek.server.broker import Broker
 
 log = logging.getLogger("odradek.requests")
 INLINE_DECODE_MAX_BYTES = 64 * 1024
@@ -33,24 +31,15 @@ request_log = logging.getLogger("odradek.requests.completed")
 _request_loggers: dict[int, logging.Logger] = {}
 
 
-@dataclass
-class RequestContext:
-    broker: "Broker"
-    connection: Connection
-    header: RequestHeader
-
-    @property
-    def api_version(self) -> int:
-        return self.header.api_version
-
-
-HandlerFn = Callable[[RequestContext, object], Awaitable[object]]
+HandlerFn = Callable[[RequestContext, Any], Awaitable[Any]]
+ContextFactory = Callable[[Connection, RequestHeader], RequestContext]
 
 
 class Dispatcher:
-    def __init__(self, broker: "Broker", handlers: dict[int, HandlerFn]) -> None:
-        self.broker = broker
+    def __init__(self, new_context: ContextFactory, handlers: dict[int, HandlerFn], workers: Workers) -> None:
+        self.new_context = new_context
         self.handlers = handlers
+        self.workers = workers
 
     async def __call__(self, conn: Connection, frame: bytes) -> list | None:
         try:
@@ -58,7 +47,7 @@ class Dispatcher:
                 # Decoding is Python work that grows with the request (a Metadata request naming a
                 # million topics): off the loop. Produce is exempt: its records are referenced, not
                 # decoded, so even a 1 MiB Produce request decodes in microseconds.
-                header, request = await self.broker.workers.run(decode_request, frame)
+                header, request = await self.workers.run(decode_request, frame)
             else:
                 header, request = decode_request(frame)
         except UnsupportedVersionError as e:
@@ -79,7 +68,7 @@ class Dispatcher:
                 type(request).__name__.removesuffix("Request"))
         logged = rlog.isEnabledFor(logging.DEBUG)
         started = time.monotonic() if logged else 0.0
-        response = await handler(RequestContext(self.broker, conn, header), request)
+        response = await handler(self.new_context(conn, header), request)
         if logged:
             rlog.debug("Completed request %s v%d correlation %d from client %r at %s:%s in %.1f ms: %s",
                        rlog.name.rsplit(".", 1)[-1], header.api_version, header.correlation_id,
@@ -99,9 +88,10 @@ class Dispatcher:
         return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body).chunks()
 
 
-def _error_summary(response) -> str:
+def _error_summary(response: object) -> str:
     """'answered', or the response's top-level error (partition-level errors are not looked at)."""
     code = getattr(response, "error_code", 0)
     if not code:
         return "answered"
-    return f"error {ErrorCode(code).name}" if code in ErrorCode._value2member_map_ else f"error {code}"
+    known = ErrorCode._value2member_map_.get(code)
+    return f"error {known.name}" if known is not None else f"error {code}"

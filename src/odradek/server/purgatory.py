@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Hashable
+from collections.abc import Hashable, Sequence
 
 
 class Purgatory:
     def __init__(self) -> None:
-        self._waiters: dict[Hashable, set[asyncio.Future]] = defaultdict(set)
+        self._waiters: dict[Hashable, set[asyncio.Future[Hashable]]] = defaultdict(set)
 
     def notify(self, key: Hashable) -> None:
         waiters = self._waiters.pop(key, None)
@@ -25,11 +25,11 @@ class Purgatory:
                 if not fut.done():
                     fut.set_result(key)
 
-    async def wait_any(self, keys: list[Hashable], timeout_s: float) -> bool:
+    async def wait_any(self, keys: Sequence[Hashable], timeout_s: float) -> bool:
         """Wait until one of keys is notified (True) or the timeout passes (False)."""
         if timeout_s <= 0:
             return False
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Hashable] = asyncio.get_running_loop().create_future()
         for k in keys:
             self._waiters[k].add(fut)
         try:

@@ -40,13 +40,14 @@ class MemoryLog:
     def high_watermark(self) -> int:
         return self.end
 
-    def append(self, batch: bytes, now_ms: int) -> None:
+    def append(self, batch: bytes, now_ms: int) -> int:
         if self.fail:
             raise OSError("disk on fire")
         buf = bytearray(batch)
         set_base_offset(buf, 0, self.end)
         self.end += next(iter_headers(buf)).records_count
         self.batches.append(buf)
+        return self.end
 
     def read(self, start_offset: int, max_bytes: int) -> bytes:
         out = b""
@@ -189,6 +190,85 @@ def test_resign_sends_parked_members_to_find_the_new_coordinator():
         c.resign(p)
         with pytest.raises(CoordinatorError) as e:
             await parked
+        assert e.value.code == ErrorCode.NOT_COORDINATOR
+        await c.aclose()
+
+    _run(main())
+
+
+class ReplicatedLog(MemoryLog):
+    """A leader's log whose high watermark moves only when the followers are said to have the records."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hw = 0
+
+    @property
+    def high_watermark(self) -> int:
+        return self.hw
+
+    def replicate(self, coordinator: GroupCoordinator, partition: int) -> None:
+        self.hw = self.end
+        coordinator.high_watermark_advanced(partition, self.hw)
+
+
+def _commit_request(group: str, offset: int) -> OffsetCommitRequest:
+    return OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[
+        OffsetCommitRequestTopic(name="t", partitions=[OffsetCommitRequestPartition(
+            partition_index=0, committed_offset=offset)])])
+
+
+def _ok(name):
+    return ErrorCode.NONE
+
+
+def test_a_write_completes_when_the_high_watermark_passes_it():
+    log, clock = ReplicatedLog(), Clock()
+    group = "replicated"
+    p = partition_for(group, PARTITIONS)
+
+    async def main():
+        c = _coordinator(clock)
+        await c.start()
+        c.elect(p, log, PARTITIONS)
+        while c.loading:
+            await asyncio.sleep(0)
+        commit = asyncio.ensure_future(c.execute(group, offs.commit_offsets, _commit_request(group, 7), 8, _ok))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(log.batches) == 1 and not commit.done()      # appended, not yet committed
+        # The state is replayed at once: a later operation sees it, but its answer waits too.
+        fetch = asyncio.ensure_future(c.execute(group, offs.delete_offsets, group, [("u", [0])], _ok))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not fetch.done()
+        log.replicate(c, p)
+        response = await asyncio.wait_for(commit, 1)
+        assert response.topics[0].partitions[0].error_code == ErrorCode.NONE
+        await asyncio.wait_for(fetch, 1)
+        assert c.query(group, offs.fetch_offsets, group, None)[0][1][0][1].offset == 7
+        await c.aclose()
+
+    _run(main())
+
+
+def test_resigning_fails_writes_the_high_watermark_never_reached():
+    log, clock = ReplicatedLog(), Clock()
+    group = "deposed"
+    p = partition_for(group, PARTITIONS)
+
+    async def main():
+        c = _coordinator(clock)
+        await c.start()
+        c.elect(p, log, PARTITIONS)
+        while c.loading:
+            await asyncio.sleep(0)
+        commit = asyncio.ensure_future(c.execute(group, offs.commit_offsets, _commit_request(group, 3), 8, _ok))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        c.resign(p)
+        with pytest.raises(CoordinatorError) as e:
+            await asyncio.wait_for(commit, 1)
         assert e.value.code == ErrorCode.NOT_COORDINATOR
         await c.aclose()
 

@@ -1,5 +1,7 @@
 """The dispatch table: API key -> handler (STYLE, "One module per API family")."""
 
+from odradek.server.dispatch import HandlerFn
+
 from odradek.server.apis.admin_cluster import handle_describe_cluster
 from odradek.server.apis.admin_configs import (
     handle_alter_configs, handle_describe_configs, handle_incremental_alter_configs,
@@ -22,7 +24,7 @@ from odradek.server.apis.offsets import handle_offset_commit, handle_offset_dele
 from odradek.server.apis.produce import handle_produce
 from odradek.server.apis.producer_ids import handle_init_producer_id
 
-HANDLERS = {
+HANDLERS: dict[int, HandlerFn] = {
     0: handle_produce,
     1: handle_fetch,
     2: handle_list_offsets,

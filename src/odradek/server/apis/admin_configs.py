@@ -5,7 +5,7 @@ Resources: topics (2), brokers (4) and broker loggers (8). A broker resource is 
 (its effective config, or its dynamic per-broker layer when altered) or "" (the cluster-wide dynamic
 default layer). Topic overrides live in `/config/topics/<topic>`, dynamic broker layers in
 `/config/brokers/<id>` and `/config/brokers/<default>`; a change takes effect at once, without a
-restart (Broker.set_topic_configs, Broker.set_dynamic_broker_configs). Broker loggers are the broker
+restart (through the controller channel, `ctx.controller`). Broker loggers are the broker
 process's Python loggers, with Log4j's level names (TRACE, DEBUG, INFO, WARN, ERROR, FATAL); as in
 Kafka their levels are not persisted.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NoReturn
 
 from odradek.cluster.topics import validate_topic_name
@@ -33,8 +34,9 @@ from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import alter_configs as ac
 from odradek.protocol.messages import describe_configs as dc
 from odradek.protocol.messages import incremental_alter_configs as iac
-from odradek.server.config import ConfigError, ConfigSource, ConfigType, TopicConfig, value_to_string
-from odradek.server.config_defs import BROKER_CONFIGS, TOPIC_CONFIGS
+from odradek.server.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, TopicConfig, value_to_string
+from odradek.server.config_defs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigKey
+from odradek.server.context import RequestContext
 
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 RESOURCE_TYPES = {0: "UNKNOWN", 2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS", 32: "GROUP"}
@@ -80,10 +82,10 @@ def broker_loggers() -> dict[str, str]:
     return out
 
 
-def _alter_loggers(broker, resource: iac.AlterConfigsResource, validate_only: bool) -> None:
+def _alter_loggers(ctx: RequestContext, resource: iac.AlterConfigsResource, validate_only: bool) -> None:
     """RuntimeLoggerManager: validate every operation, then apply them all."""
-    if _node_id(resource.resource_name) != broker.broker_id:
-        _fail(ErrorCode.INVALID_REQUEST, f"Unexpected node id. Expected {broker.broker_id}, "
+    if _node_id(resource.resource_name) != ctx.broker_id:
+        _fail(ErrorCode.INVALID_REQUEST, f"Unexpected node id. Expected {ctx.broker_id}, "
                                          f"but received {resource.resource_name}")
     for c in resource.configs:
         op = c.config_operation
@@ -104,13 +106,14 @@ def _alter_loggers(broker, resource: iac.AlterConfigsResource, validate_only: bo
         return
     for c in resource.configs:
         lg = _python_logger(c.name)
+        assert lg is not None   # checked above
         lg.setLevel(_LEVELS[c.value] if c.config_operation == SET else logging.NOTSET)
         logging.getLogger("odradek.admin").warning("Updated the log level of %s to %s", c.name,
                                                    c.value if c.config_operation == SET else "its parent's")
 
 
 # ------------------------------------------------------------------------------------------ DescribeConfigs
-def _wire_entry(entry, resource_type: int, synonyms: bool, docs: bool) -> dc.DescribeConfigsResourceResult:
+def _wire_entry(entry: ConfigEntry, resource_type: int, synonyms: bool, docs: bool) -> dc.DescribeConfigsResourceResult:
     is_default = entry.source == ConfigSource.DEFAULT_CONFIG if resource_type == BROKER \
         else entry.source != ConfigSource.TOPIC_CONFIG
     return dc.DescribeConfigsResourceResult(
@@ -121,25 +124,25 @@ def _wire_entry(entry, resource_type: int, synonyms: bool, docs: bool) -> dc.Des
         config_type=int(entry.type), documentation=entry.documentation if docs else None)
 
 
-def _wanted(resource: dc.DescribeConfigsResource, names) -> list[str]:
+def _wanted(resource: dc.DescribeConfigsResource, names: Iterable[str]) -> list[str]:
     keys = resource.configuration_keys
     if not keys:
         return list(names)
     return [n for n in names if n in set(keys)]
 
 
-def _describe(broker, resource: dc.DescribeConfigsResource, synonyms: bool, docs: bool) -> list:
+def _describe(ctx: RequestContext, resource: dc.DescribeConfigsResource, synonyms: bool, docs: bool) -> list:
     kind, name = resource.resource_type, resource.resource_name
     if kind == TOPIC:
         reason = validate_topic_name(name)
         if reason is not None:
             _fail(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
-        if broker.topics.get(name) is None:
+        if ctx.metadata.topic(name) is None:
             _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        tc = broker.topic_config(name)
+        tc = ctx.metadata.topic_config(name)
         return [_wire_entry(e, TOPIC, synonyms, docs) for e in tc.describe(_wanted(resource, sorted(tc)))]
     if kind == BROKER:
-        config = broker.config
+        config = ctx.config
         if not name:  # the cluster-wide dynamic default layer, and only what it sets
             layer = config.dynamic_default
             out = []
@@ -149,16 +152,16 @@ def _describe(broker, resource: dc.DescribeConfigsResource, synonyms: bool, docs
                             source=chain[0].source if chain else ConfigSource.DEFAULT_CONFIG)
                 out.append(_wire_entry(e, BROKER, synonyms, docs))
             return out
-        if _node_id(name, "Broker id") != broker.broker_id:
-            _fail(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.broker_id} or empty string, "
+        if _node_id(name, "Broker id") != ctx.broker_id:
+            _fail(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker_id} or empty string, "
                                              f"but received {name}")
         return [_wire_entry(e, BROKER, synonyms, docs)
                 for e in config.describe(_wanted(resource, sorted(BROKER_CONFIGS)))]
     if kind == BROKER_LOGGER:
         if not name:
             _fail(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
-        if _node_id(name, "Broker id") != broker.broker_id:
-            _fail(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.broker_id} but received {name}")
+        if _node_id(name, "Broker id") != ctx.broker_id:
+            _fail(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker_id} but received {name}")
         loggers = broker_loggers()
         return [dc.DescribeConfigsResourceResult(
             name=n, value=loggers[n], read_only=False, config_source=int(ConfigSource.DYNAMIC_BROKER_LOGGER_CONFIG),
@@ -167,14 +170,14 @@ def _describe(broker, resource: dc.DescribeConfigsResource, synonyms: bool, docs
     _fail(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {RESOURCE_TYPES.get(kind, 'UNKNOWN')}")
 
 
-async def handle_describe_configs(ctx, request: dc.DescribeConfigsRequest) -> dc.DescribeConfigsResponse:
+async def handle_describe_configs(ctx: RequestContext, request: dc.DescribeConfigsRequest) -> dc.DescribeConfigsResponse:
     v = ctx.api_version
     synonyms = v >= 1 and request.include_synonyms
     docs = v >= 3 and request.include_documentation
     results = []
     for r in request.resources:
         try:
-            configs = _describe(ctx.broker, r, synonyms, docs)
+            configs = _describe(ctx, r, synonyms, docs)
             results.append(dc.DescribeConfigsResult(error_code=ErrorCode.NONE, error_message=None,
                                                     resource_type=r.resource_type, resource_name=r.resource_name,
                                                     configs=configs))
@@ -186,7 +189,8 @@ async def handle_describe_configs(ctx, request: dc.DescribeConfigsRequest) -> dc
 
 
 # ------------------------------------------------------------------------------------------ changes
-def _precheck(resource, duplicated: set, incremental: bool) -> None:
+def _precheck(resource: ac.AlterConfigsResource | iac.AlterConfigsResource, duplicated: set[tuple[int, str]],
+              incremental: bool) -> None:
     """ConfigAdminManager.preprocess: one entry per resource and per key, values present (but DELETE)."""
     if (resource.resource_type, resource.resource_name) in duplicated:
         _fail(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
@@ -199,15 +203,16 @@ def _precheck(resource, duplicated: set, incremental: bool) -> None:
         _fail(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
 
 
-def _duplicated(resources) -> set:
-    seen, dup = set(), set()
+def _duplicated(resources: Sequence[ac.AlterConfigsResource | iac.AlterConfigsResource]) -> set[tuple[int, str]]:
+    seen: set[tuple[int, str]] = set()
+    dup: set[tuple[int, str]] = set()
     for r in resources:
         key = (r.resource_type, r.resource_name)
         (dup if key in seen else seen).add(key)
     return dup
 
 
-def _change_topic(broker, name: str, overrides: dict[str, str], validate_only: bool) -> None:
+def _change_topic(ctx: RequestContext, name: str, overrides: dict[str, str], validate_only: bool) -> None:
     """ControllerConfigurationValidator, then the existence check, then the change."""
     if not name:
         _fail(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
@@ -215,34 +220,33 @@ def _change_topic(broker, name: str, overrides: dict[str, str], validate_only: b
     if reason is not None:
         _fail(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
     try:
-        TopicConfig.resolve(overrides, broker.config)
+        TopicConfig.resolve(overrides, ctx.config)
     except ConfigError as e:
         _fail(ErrorCode.INVALID_CONFIG, str(e))
-    if broker.topics.get(name) is None:
+    if ctx.metadata.topic(name) is None:
         _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
     if not validate_only:
-        broker.set_topic_configs(name, overrides)
+        ctx.controller.set_topic_configs(name, overrides)
 
 
-def _broker_layer(broker, name: str) -> bool:
+def _broker_layer(ctx: RequestContext, name: str) -> bool:
     """True for this broker's own layer, False for the cluster default ("")."""
-    if name and _node_id(name) != broker.broker_id:
-        _fail(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.broker_id}, but received {name}")
+    if name and _node_id(name) != ctx.broker_id:
+        _fail(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker_id}, but received {name}")
     return bool(name)
 
 
-def _change_broker(broker, per_broker: bool, layer: dict[str, str], validate_only: bool) -> None:
+def _change_broker(ctx: RequestContext, per_broker: bool, layer: dict[str, str], validate_only: bool) -> None:
     kwargs = {"per_broker": layer} if per_broker else {"default": layer}
     try:
-        broker.config.with_dynamic(**{("dynamic_broker" if per_broker else "dynamic_default"): layer})
+        ctx.config.with_dynamic(**{("dynamic_broker" if per_broker else "dynamic_default"): layer})
     except ConfigError as e:
         _fail(ErrorCode.INVALID_REQUEST, str(e))
     if not validate_only:
-        broker.set_dynamic_broker_configs(**kwargs)
+        ctx.controller.set_dynamic_broker_configs(**kwargs)
 
 
-async def handle_alter_configs(ctx, request: ac.AlterConfigsRequest) -> ac.AlterConfigsResponse:
-    broker = ctx.broker
+async def handle_alter_configs(ctx: RequestContext, request: ac.AlterConfigsRequest) -> ac.AlterConfigsResponse:
     duplicated = _duplicated(request.resources)
     responses = []
     for r in request.resources:
@@ -251,9 +255,9 @@ async def handle_alter_configs(ctx, request: ac.AlterConfigsRequest) -> ac.Alter
             _precheck(r, duplicated, incremental=False)
             new = {c.name: c.value for c in r.configs}
             if r.resource_type == BROKER:
-                _change_broker(broker, _broker_layer(broker, r.resource_name), new, request.validate_only)
+                _change_broker(ctx, _broker_layer(ctx, r.resource_name), new, request.validate_only)
             elif r.resource_type == TOPIC:
-                _change_topic(broker, r.resource_name, new, request.validate_only)
+                _change_topic(ctx, r.resource_name, new, request.validate_only)
             else:
                 _fail(ErrorCode.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
         except KafkaApiError as e:
@@ -263,11 +267,12 @@ async def handle_alter_configs(ctx, request: ac.AlterConfigsRequest) -> ac.Alter
     return ac.AlterConfigsResponse(throttle_time_ms=0, responses=responses)
 
 
-def _list_default(key) -> str:
+def _list_default(key: ConfigKey | None) -> str:
     return (value_to_string(key.type, key.default) or "") if key is not None else ""
 
 
-def _apply_ops(current: dict[str, str], configs, keys: dict, topic: bool) -> dict[str, str]:
+def _apply_ops(current: Mapping[str, str], configs: list[iac.AlterableConfig], keys: Mapping[str, ConfigKey],
+               topic: bool) -> dict[str, str]:
     """The new set of values after SET / DELETE / APPEND / SUBTRACT (a list starts from its default)."""
     out = dict(current)
     for c in configs:
@@ -299,8 +304,8 @@ def _apply_ops(current: dict[str, str], configs, keys: dict, topic: bool) -> dic
     return out
 
 
-async def handle_incremental_alter_configs(ctx, request: iac.IncrementalAlterConfigsRequest):
-    broker = ctx.broker
+async def handle_incremental_alter_configs(ctx: RequestContext, request: iac.IncrementalAlterConfigsRequest
+                                           ) -> iac.IncrementalAlterConfigsResponse:
     duplicated = _duplicated(request.resources)
     responses = []
     for r in request.resources:
@@ -308,16 +313,16 @@ async def handle_incremental_alter_configs(ctx, request: iac.IncrementalAlterCon
         try:
             _precheck(r, duplicated, incremental=True)
             if r.resource_type == BROKER_LOGGER:
-                _alter_loggers(broker, r, request.validate_only)
+                _alter_loggers(ctx, r, request.validate_only)
             elif r.resource_type == BROKER:
-                per_broker = _broker_layer(broker, r.resource_name)
-                current = broker.config.dynamic_broker if per_broker else broker.config.dynamic_default
+                per_broker = _broker_layer(ctx, r.resource_name)
+                current = ctx.config.dynamic_broker if per_broker else ctx.config.dynamic_default
                 layer = _apply_ops(current, r.configs, BROKER_CONFIGS, topic=False)
-                _change_broker(broker, per_broker, layer, request.validate_only)
+                _change_broker(ctx, per_broker, layer, request.validate_only)
             elif r.resource_type == TOPIC:
-                info = broker.topics.get(r.resource_name) if validate_topic_name(r.resource_name) is None else None
+                info = ctx.metadata.topic(r.resource_name) if validate_topic_name(r.resource_name) is None else None
                 overrides = _apply_ops(info.configs if info else {}, r.configs, TOPIC_CONFIGS, topic=True)
-                _change_topic(broker, r.resource_name, overrides, request.validate_only)
+                _change_topic(ctx, r.resource_name, overrides, request.validate_only)
             else:
                 _fail(ErrorCode.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
         except KafkaApiError as e:

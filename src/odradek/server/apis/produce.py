@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 
 from odradek.cluster.topics import INTERNAL_TOPICS
-from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import produce as m
 from odradek.server.log_validator import (
     CREATE_TIME, LOG_APPEND_TIME, InvalidRecords, TopicRules, validate,
 )
+from odradek.server.config import TopicConfig
 from odradek.server.network import ConnectionClosing
 from odradek.storage.errors import StorageError
 from odradek.storage.producer_state import ProducerStateError
@@ -36,8 +37,7 @@ def _error(index: int, code: ErrorCode, message: str | None = None) -> m.Partiti
                                       log_start_offset=-1, error_message=message)
 
 
-def topic_rules(broker, topic: str) -> TopicRules:
-    tc = broker.topic_config(topic)
+def topic_rules(tc: TopicConfig) -> TopicRules:
     return TopicRules(
         max_message_bytes=tc.get_value("max.message.bytes"),
         timestamp_type=LOG_APPEND_TIME if tc.get_value("message.timestamp.type") == "LogAppendTime" else CREATE_TIME,
@@ -78,12 +78,14 @@ async def handle_produce(ctx, request: m.ProduceRequest) -> m.ProduceResponse | 
                                   f"Cannot append to internal topic {name}"))
                 continue
             try:
-                rules = topic_rules(broker, name)
+                rules = topic_rules(broker.topic_config(name))
                 validated = validate(pd.records, rules, now)
-                if acks == -1 and len(part.isr) < broker.topic_config(name).get_value("min.insync.replicas"):
-                    out.append(_error(pd.index, ErrorCode.NOT_ENOUGH_REPLICAS))
-                    continue
-                result = part.append(validated, now, rules.timestamp_type == LOG_APPEND_TIME)
+                result = broker.replica_manager.append_to_leader(
+                    part, validated.buffer, now, log_append_time=rules.timestamp_type == LOG_APPEND_TIME,
+                    required_acks=acks)
+            except KafkaApiError as e:
+                out.append(_error(pd.index, e.code))
+                continue
             except InvalidRecords as e:
                 out.append(_error(pd.index, e.error, e.message))
                 continue
@@ -96,7 +98,6 @@ async def handle_produce(ctx, request: m.ProduceRequest) -> m.ProduceResponse | 
                 log.error("append to %s-%d failed: %s", name, pd.index, e)
                 out.append(_error(pd.index, ErrorCode.KAFKA_STORAGE_ERROR, str(e)))
                 continue
-            broker.purgatory.notify(part.key)
             out.append(m.PartitionProduceResponse(
                 index=pd.index, error_code=ErrorCode.NONE, base_offset=result.base_offset,
                 log_append_time_ms=result.log_append_time, log_start_offset=result.log_start_offset))

@@ -1,0 +1,163 @@
+"""The broker's side of the coordinators (DESIGN, "How data flows: Groups and transactions" and
+"Metadata and the cluster"; Kafka's GroupCoordinatorService, CoordinatorPartitionWriter and
+CoordinatorLoader).
+
+- `PartitionWriter`: the coordinator runtime's log port over one `__consumer_offsets` partition. An
+  append is validated as a produce is and appended through the replica manager as leader with
+  acks=all semantics (min.insync.replicas); it returns the offset after the batch, and the runtime
+  completes the write when the high watermark reaches it (the replica manager tells it, through a
+  high-watermark listener registered here). Reads stop at the high watermark.
+- `Coordinators`: creates `__consumer_offsets` on first need (offsets.topic.num.partitions partitions,
+  cleanup.policy=compact, offsets.topic.segment.bytes, offsets.topic.replication.factor capped at the
+  live brokers) through the controller; loads a partition's groups when this broker becomes its leader
+  and unloads them when it stops leading (a leadership listener on the replica manager); answers
+  which broker coordinates a group.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Callable
+
+from odradek.cluster.topics import TopicInfo
+from odradek.coordinator.records import OFFSETS_TOPIC, partition_for
+from odradek.coordinator.runtime import CoordinatorError, GroupCoordinator
+from odradek.coordinator.shard import GroupConfig
+from odradek.protocol.error_codes import ErrorCode
+from odradek.server.apis.produce import topic_rules
+from odradek.server.config import BrokerConfig
+from odradek.server.log_validator import LOG_APPEND_TIME, validate
+from odradek.server.metadata_cache import MetadataCache
+from odradek.server.partition import Partition, TopicPartition
+from odradek.server.replica_manager import ReplicaManager
+
+if TYPE_CHECKING:
+    from odradek.server.context import ControllerChannel
+
+log = logging.getLogger("odradek.groups")
+
+class PartitionWriter:
+    """`CoordinatorLog` over a partition this broker leads."""
+
+    def __init__(self, replica_manager: ReplicaManager, metadata: MetadataCache, partition: Partition) -> None:
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.partition = partition
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.partition.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.partition.high_watermark
+
+    def append(self, batch: bytes, now_ms: int) -> int:
+        rules = topic_rules(self.metadata.topic_config(self.partition.topic))
+        validated = validate(bytearray(batch), rules, now_ms)
+        result = self.replica_manager.append_to_leader(
+            self.partition, validated.buffer, now_ms, log_append_time=rules.timestamp_type == LOG_APPEND_TIME,
+            required_acks=-1)
+        return result.last_offset + 1
+
+    def read(self, start_offset: int, max_bytes: int) -> bytes:
+        slices = self.partition.log.read(start_offset, max_bytes, self.partition.high_watermark)
+        return b"".join(s.read() for s in slices)
+
+
+def group_config(config: BrokerConfig) -> GroupConfig:
+    return GroupConfig(
+        min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+        max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+        initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+        max_size=config.get("group.max.size"),
+        offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
+        offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
+        offsets_retention_check_interval_ms=config.get("offsets.retention.check.interval.ms"),
+        load_buffer_bytes=config.get("offsets.load.buffer.size"))
+
+
+class Coordinators:
+    def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata: MetadataCache,
+                 controller: ControllerChannel, clock: Callable[[], int]) -> None:
+        self.broker_id = broker_id
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.controller = controller
+        self.clock = clock
+        self.group: GroupCoordinator | None = None
+
+    async def start(self) -> None:
+        """Start the group coordinator and load the offsets partitions this broker leads."""
+        group = GroupCoordinator(group_config(self.metadata.config), self.clock)
+        await group.start()
+        self.group = group
+        self.replica_manager.add_leadership_listener(self._leadership_changed)
+        self._elect(p for p in self.replica_manager.partitions() if p.topic == OFFSETS_TOPIC and p.is_leader)
+
+    async def aclose(self) -> None:
+        if self.group is not None:
+            await self.group.aclose()
+            self.group = None
+
+    def group_coordinator(self) -> GroupCoordinator:
+        if self.group is None:
+            raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return self.group
+
+    # ------------------------------------------------------------------------------ leadership
+    def _leadership_changed(self, leaders: list[Partition], followers: list[Partition],
+                            stopped: list[TopicPartition]) -> None:
+        self._elect(p for p in leaders if p.topic == OFFSETS_TOPIC)
+        for key in [p.key for p in followers] + stopped:
+            if key[0] == OFFSETS_TOPIC and self.group is not None:
+                self.replica_manager.remove_high_watermark_listener(key)
+                self.group.resign(key[1])
+
+    def _elect(self, partitions: Iterable[Partition]) -> None:
+        group = self.group
+        info = self.metadata.topic(OFFSETS_TOPIC)
+        if group is None:
+            return
+        for part in partitions:
+            count = len(info.partitions) if info is not None else group.partition_count
+            if count is None or group.owns(part.index):
+                continue
+            self.replica_manager.add_high_watermark_listener(
+                part.key, functools.partial(group.high_watermark_advanced, part.index))
+            group.elect(part.index, PartitionWriter(self.replica_manager, self.metadata, part), count)
+
+    # ------------------------------------------------------------------------------ finding
+    def ensure_offsets_topic(self) -> TopicInfo | None:
+        """The offsets topic, created on first need; None if it cannot be created."""
+        info = self.metadata.topic(OFFSETS_TOPIC)
+        if info is None:
+            config = self.metadata.config
+            replication = min(config.get("offsets.topic.replication.factor"),
+                              len(self.metadata.image.live_broker_ids()))
+            info, error, message = self.controller.create_topic(
+                OFFSETS_TOPIC, config.get("offsets.topic.num.partitions"), replication,
+                {"cleanup.policy": "compact", "compression.type": "producer",
+                 "segment.bytes": str(config.get("offsets.topic.segment.bytes"))})
+            if info is None:
+                info = self.metadata.topic(OFFSETS_TOPIC)
+                if info is None:
+                    log.error("cannot create %s: %s %s", OFFSETS_TOPIC, error.name, message or "")
+                    return None
+        self._elect(p for p in self.replica_manager.partitions() if p.topic == OFFSETS_TOPIC and p.is_leader)
+        return info
+
+    def group_coordinator_id(self, group_id: str) -> int | None:
+        """The broker leading the group's offsets partition (creating the topic first); None if none."""
+        info = self.ensure_offsets_topic()
+        if info is None:
+            return None
+        return info.partitions[partition_for(group_id, len(info.partitions))].leader
+
+    def topics_deleted(self, names: set[str]) -> None:
+        """Committed offsets of deleted topics go from every group coordinated here."""
+        names = names - {OFFSETS_TOPIC}
+        if self.group is not None and names:
+            self.group.remove_topics(names)

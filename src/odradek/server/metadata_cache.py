@@ -1,0 +1,181 @@
+"""The broker's metadata cache: one immutable image of the cluster, replaced as a whole (DESIGN,
+"Metadata and the cluster"; Kafka's MetadataCache over a MetadataImage).
+
+The image holds what request handlers need to know about the cluster: its id and controller, the live
+brokers and their endpoints per listener, every topic with its id, partitions (leader, leader epoch,
+replicas, ISR) and config overrides, and this broker's effective configuration (static plus dynamic
+layers), from which each topic's effective config is resolved once per image.
+
+Invariants:
+- An image never changes once published. An update builds a new image (`with_topics`,
+  `without_topics`, `with_config`, `with_brokers`) and `MetadataCache.update` swaps the reference, so a
+  handler that reads `cache.image` once sees one consistent cluster for its whole request, across awaits.
+- Nothing here does I/O: images are built from what the controller has already made durable (or, in a
+  cluster, from UpdateMetadata). No request path waits for the metadata store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable
+
+from odradek.cluster.topics import PartitionState, TopicInfo
+from odradek.server.config import BrokerConfig, TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    listener_name: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker as `/brokers/ids/<id>` registers it."""
+    broker_id: int
+    endpoints: tuple[BrokerEndpoint, ...]
+    rack: str | None = None
+
+    def endpoint(self, listener_name: str) -> BrokerEndpoint | None:
+        for e in self.endpoints:
+            if e.listener_name == listener_name:
+                return e
+        return None
+
+
+_EMPTY: Mapping = MappingProxyType({})
+
+
+class MetadataImage:
+    """One consistent view of the cluster. Build new images from old ones; never mutate one."""
+
+    __slots__ = ("cluster_id", "controller_id", "brokers", "topics", "topic_ids", "config", "_topic_configs")
+
+    def __init__(self, config: BrokerConfig, *, cluster_id: str | None = None, controller_id: int = -1,
+                 brokers: Mapping[int, BrokerRegistration] = _EMPTY, topics: Mapping[str, TopicInfo] = _EMPTY,
+                 topic_ids: Mapping[uuid.UUID, str] | None = None) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.brokers: Mapping[int, BrokerRegistration] = MappingProxyType(dict(brokers))
+        self.topics: Mapping[str, TopicInfo] = MappingProxyType(dict(topics))
+        self.topic_ids: Mapping[uuid.UUID, str] = MappingProxyType(
+            dict(topic_ids) if topic_ids is not None else {t.topic_id: n for n, t in self.topics.items()})
+        # Derived, not state: resolved on first use, the same for every reader of this image.
+        self._topic_configs: dict[str, TopicConfig] = {}
+
+    # ------------------------------------------------------------------------------ reads
+    def topic(self, name: str | None) -> TopicInfo | None:
+        return self.topics.get(name) if name is not None else None
+
+    def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
+        name = self.topic_ids.get(topic_id) if topic_id is not None else None
+        return self.topics.get(name) if name is not None else None
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.topics)
+
+    def partition(self, topic: str | None, index: int) -> PartitionState | None:
+        info = self.topic(topic)
+        return info.partitions.get(index) if info is not None else None
+
+    def has_partition(self, topic: str | None, index: int) -> bool:
+        return self.partition(topic, index) is not None
+
+    def live_broker_ids(self) -> frozenset[int]:
+        return frozenset(self.brokers)
+
+    def alive_endpoints(self, listener_name: str | None) -> list[tuple[BrokerRegistration, BrokerEndpoint]]:
+        """Each live broker's endpoint on `listener_name` (every endpoint when None), by broker id."""
+        out = []
+        for broker_id in sorted(self.brokers):
+            b = self.brokers[broker_id]
+            for e in b.endpoints:
+                if listener_name is None or e.listener_name == listener_name:
+                    out.append((b, e))
+        return out
+
+    def topic_config(self, name: str | None) -> TopicConfig:
+        """The topic's effective config: its overrides over this broker's config (the broker's alone
+        for a topic that does not exist)."""
+        key = name or ""
+        tc = self._topic_configs.get(key)
+        if tc is None:
+            info = self.topic(name)
+            tc = TopicConfig.resolve(info.configs if info is not None else {}, self.config)
+            self._topic_configs[key] = tc
+        return tc
+
+    # ------------------------------------------------------------------------------ new images
+    def _derive(self, **changes: object) -> MetadataImage:
+        fields: dict = {"config": self.config, "cluster_id": self.cluster_id, "controller_id": self.controller_id,
+                        "brokers": self.brokers, "topics": self.topics, "topic_ids": self.topic_ids}
+        fields.update(changes)
+        return MetadataImage(**fields)
+
+    def with_topics(self, infos: Iterable[TopicInfo]) -> MetadataImage:
+        """This image with `infos` added or replaced."""
+        topics, ids = dict(self.topics), dict(self.topic_ids)
+        for info in infos:
+            old = topics.get(info.name)
+            if old is not None and old.topic_id != info.topic_id:
+                ids.pop(old.topic_id, None)
+            topics[info.name] = info
+            ids[info.topic_id] = info.name
+        return self._derive(topics=topics, topic_ids=ids)
+
+    def without_topics(self, names: Iterable[str]) -> MetadataImage:
+        topics, ids = dict(self.topics), dict(self.topic_ids)
+        for name in names:
+            info = topics.pop(name, None)
+            if info is not None:
+                ids.pop(info.topic_id, None)
+        return self._derive(topics=topics, topic_ids=ids)
+
+    def with_config(self, config: BrokerConfig) -> MetadataImage:
+        return self._derive(config=config)
+
+    def with_brokers(self, brokers: Mapping[int, BrokerRegistration], controller_id: int) -> MetadataImage:
+        return self._derive(brokers=brokers, controller_id=controller_id)
+
+    def with_cluster_id(self, cluster_id: str) -> MetadataImage:
+        return self._derive(cluster_id=cluster_id)
+
+
+class MetadataCache:
+    """The current image, and who wants to hear of a new one."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self._image = image
+        self._listeners: list[Callable[[MetadataImage, MetadataImage], None]] = []
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def update(self, image: MetadataImage) -> None:
+        old, self._image = self._image, image
+        for fn in list(self._listeners):
+            fn(old, image)
+
+    def add_listener(self, fn: Callable[[MetadataImage, MetadataImage], None]) -> None:
+        """`fn(old, new)` after each update (on the event loop; it must not block)."""
+        self._listeners.append(fn)
+
+    # Shorthands for one read of the current image.
+    def topic(self, name: str | None) -> TopicInfo | None:
+        return self._image.topic(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID | None) -> TopicInfo | None:
+        return self._image.topic_by_id(topic_id)
+
+    def topic_config(self, name: str | None) -> TopicConfig:
+        return self._image.topic_config(name)
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self._image.config

@@ -1,0 +1,392 @@
+"""The replica manager: the one owner of this broker's partition replicas (DESIGN, "Layers" and
+"How data flows"; Kafka's ReplicaManager).
+
+It answers every question a request asks of a partition, with Kafka's errors:
+- lookup: a partition hosted here, else NOT_LEADER_OR_FOLLOWER when the metadata knows it (it lives on
+  another broker) or UNKNOWN_TOPIC_OR_PARTITION; as leader, the request's current leader epoch is
+  fenced (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, `Partition.check_leader_epoch`) and a follower
+  answers NOT_LEADER_OR_FOLLOWER;
+- appends as leader (min.insync.replicas for acks=all) and as follower; after each, the high watermark
+  is moved (`Partition.maybe_increment_high_watermark`), high-watermark listeners (the coordinators)
+  hear of it and waiters in the purgatory are woken;
+- delayed produce (`wait_for_acks`): acks=all answers when the high watermark reaches each append's end,
+  or REQUEST_TIMED_OUT; delayed fetch (`wait_for_data`): a long poll woken by appends;
+- reads (`read`): the limit a reader may see (the high watermark for consumers, the last stable offset
+  for read_committed, the log end for followers) and the follower's fetch state, which can move the high
+  watermark and grow the ISR;
+- ISR changes: expansions proposed by follower fetches, shrinks by the expiration task every
+  replica.lag.time.max.ms / 2; each goes through the `AlterPartition` port (the controller's store) and
+  takes effect once recorded, at most one in flight per partition;
+- LeaderAndIsr and StopReplica (`apply_leader_and_isr`, `stop_replicas`): partitions become leaders or
+  followers or go away; leadership listeners (coordinator loading) hear of each change.
+
+Bounds: the purgatory holds at most one waiter per connection (one request in flight each); ISR
+proposals at most one per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from odradek.cluster.topics import INTERNAL_TOPICS
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError
+from odradek.server.metadata_cache import MetadataCache
+from odradek.server.partition import (
+    AppendInfo, AppendResult, LeaderAndIsrState, Partition, PartitionLog, Records, TopicPartition,
+)
+from odradek.server.purgatory import Purgatory
+from odradek.storage.errors import OffsetOutOfRangeError, StorageError
+
+log = logging.getLogger("odradek.replicas")
+
+READ_COMMITTED = 1
+HIGH_WATERMARK = -1   # DeleteRecords' "up to the high watermark"
+Clock = Callable[[], int]
+HighWatermarkListener = Callable[[int], None]
+# (partitions that became leaders, that became followers, that were stopped)
+LeadershipListener = Callable[[list[Partition], list[Partition], list[TopicPartition]], None]
+
+
+class LogProvider(Protocol):
+    """Where partition logs come from (the broker's LogManager; in-memory logs in tests)."""
+
+    def open_log(self, topic: str, partition: int, now_ms: int) -> PartitionLog: ...
+
+    def delete_log(self, topic: str, partition: int, now_ms: int) -> None: ...
+
+
+class AlterPartition(Protocol):
+    """The leader's channel for ISR changes (Kafka's AlterPartition): returns the partition epoch the
+    change was recorded at, or raises KafkaApiError (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION)."""
+
+    async def alter_isr(self, topic: str, partition: int, leader_epoch: int, isr: tuple[int, ...],
+                        partition_epoch: int) -> int: ...
+
+
+@dataclass(slots=True)
+class LogReadResult:
+    """One partition's part of a fetch (Kafka's LogReadResult): an error, or the offsets and slices."""
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    slices: list = field(default_factory=list)
+    size: int = 0
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, logs: LogProvider, metadata: MetadataCache, clock: Clock, *,
+                 purgatory: Purgatory | None = None, alter_partition: AlterPartition | None = None,
+                 replica_lag_time_max_ms: int = 30_000) -> None:
+        self.broker_id = broker_id
+        self.logs = logs
+        self.metadata = metadata
+        self.clock = clock
+        self.purgatory = purgatory if purgatory is not None else Purgatory()
+        self.alter_partition = alter_partition
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._hw_listeners: dict[TopicPartition, HighWatermarkListener] = {}
+        self._leadership_listeners: list[LeadershipListener] = []
+        self._isr_tasks: set[asyncio.Task] = set()
+        self._expiration: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Start the ISR expiration task (Kafka's isr-expiration, every replica.lag.time.max.ms / 2)."""
+        self._expiration = asyncio.get_running_loop().create_task(self._run_isr_expiration())
+
+    async def aclose(self) -> None:
+        tasks = [t for t in (self._expiration, *self._isr_tasks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            try:
+                await t
+            except asyncio.CancelledError:
+                pass
+        self._isr_tasks.clear()
+
+    # ------------------------------------------------------------------------------ lookup
+    def get_partition(self, topic: str | None, index: int) -> Partition | None:
+        return self._partitions.get((topic, index)) if topic is not None else None
+
+    def partitions(self) -> list[Partition]:
+        return list(self._partitions.values())
+
+    def get_partition_or_error(self, topic: str | None, index: int) -> Partition:
+        """The replica hosted here; KafkaApiError NOT_LEADER_OR_FOLLOWER if the partition exists on
+        other brokers only, UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
+        part = self._partitions.get((topic, index)) if topic is not None else None
+        if part is not None:
+            return part
+        if self.metadata.image.has_partition(topic, index):
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    def leader_partition(self, topic: str | None, index: int, current_leader_epoch: int = -1) -> Partition:
+        """The replica hosted here as leader, the request's leader epoch fenced (Kafka's
+        getPartitionOrException then localLogWithEpochOrThrow(requireLeader))."""
+        part = self.get_partition_or_error(topic, index)
+        code = part.check_leader_epoch(current_leader_epoch)
+        if code is not ErrorCode.NONE:
+            raise KafkaApiError(code)
+        if not part.is_leader:
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return part
+
+    # ------------------------------------------------------------------------------ appends
+    def append_to_leader(self, part: Partition, records: Records, now_ms: int, *, log_append_time: bool,
+                         required_acks: int) -> AppendResult:
+        """Append validated records as leader. Raises KafkaApiError (NOT_LEADER_OR_FOLLOWER,
+        NOT_ENOUGH_REPLICAS), StorageError, ProducerStateError."""
+        min_isr = self._min_insync_replicas(part.topic) if required_acks == -1 else 1
+        result = part.append_records_to_leader(records, now_ms, log_append_time, required_acks, min_isr)
+        self._appended(part)
+        return result
+
+    def append_to_follower(self, topic: str, index: int, records: Records, leader_high_watermark: int,
+                           now_ms: int) -> AppendInfo:
+        """A replica fetcher's append: the leader's batches as they are, then the leader's HW."""
+        part = self.get_partition_or_error(topic, index)
+        info = part.append_records_to_follower(records, now_ms)
+        if part.update_follower_high_watermark(leader_high_watermark):
+            self._high_watermark_moved(part)
+        self.purgatory.notify(part.key)
+        return info
+
+    def _appended(self, part: Partition) -> None:
+        if part.maybe_increment_high_watermark():
+            self._high_watermark_moved(part)
+        self.purgatory.notify(part.key)
+
+    def _high_watermark_moved(self, part: Partition) -> None:
+        listener = self._hw_listeners.get(part.key)
+        if listener is not None:
+            listener(part.high_watermark)
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        value: int = self.metadata.image.topic_config(topic).get_value("min.insync.replicas")
+        return value
+
+    # ------------------------------------------------------------------------------ delayed produce
+    async def wait_for_acks(self, required: Sequence[tuple[Partition, int]], timeout_ms: int) -> list[ErrorCode]:
+        """acks=all (Kafka's DelayedProduce): for each (partition, offset after its append) NONE once
+        the high watermark reaches the offset, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR has shrunk
+        below min.insync.replicas by then, NOT_LEADER_OR_FOLLOWER if leadership moved, and
+        REQUEST_TIMED_OUT when `timeout_ms` passes first."""
+        codes = [self._acks_status(p, o) for p, o in required]
+        if all(c is not None for c in codes):
+            return [c for c in codes if c is not None]
+        deadline = self.clock() + max(timeout_ms, 0)
+        while True:
+            waiting = [p.key for (p, _), c in zip(required, codes) if c is None]
+            if not waiting:
+                break
+            remaining = deadline - self.clock()
+            if remaining <= 0 or not await self.purgatory.wait_any(waiting, remaining / 1000):
+                break
+            codes = [c if c is not None else self._acks_status(p, o) for (p, o), c in zip(required, codes)]
+        return [c if c is not None else ErrorCode.REQUEST_TIMED_OUT for c in codes]
+
+    def _acks_status(self, part: Partition, required_offset: int) -> ErrorCode | None:
+        if self._partitions.get(part.key) is not part or not part.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if part.high_watermark < required_offset:
+            return None
+        if len(part.isr) < self._min_insync_replicas(part.topic):
+            return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return ErrorCode.NONE
+
+    # ------------------------------------------------------------------------------ reads
+    def read(self, topic: str | None, index: int, *, fetch_offset: int, current_leader_epoch: int,
+             replica_id: int, isolation: int, max_bytes: int, min_one_batch: bool, now_ms: int) -> LogReadResult:
+        """One partition of a Fetch, from the leader (Kafka's readFromLocalLog)."""
+        try:
+            part = self.leader_partition(topic, index, current_leader_epoch)
+        except KafkaApiError as e:
+            fenced = self.get_partition(topic, index)
+            if fenced is None or e.code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                return LogReadResult(e.code)
+            return LogReadResult(e.code, fenced.high_watermark, fenced.last_stable_offset, fenced.log_start_offset)
+        hw = part.high_watermark
+        result = LogReadResult(ErrorCode.NONE, hw, part.last_stable_offset, part.log_start_offset)
+        leo = part.log_end_offset
+        if fetch_offset > leo or fetch_offset < result.log_start_offset:
+            result.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            return result
+        if replica_id >= 0:
+            self.update_follower_fetch_state(part, replica_id, fetch_offset, now_ms)
+            limit = leo
+        else:
+            limit = result.last_stable_offset if isolation == READ_COMMITTED else hw
+        if fetch_offset >= limit or max_bytes <= 0:
+            return result
+        try:
+            result.slices = part.log.read(fetch_offset, max_bytes, limit, min_one_batch=min_one_batch)
+        except OffsetOutOfRangeError:
+            result.error = ErrorCode.OFFSET_OUT_OF_RANGE
+            return result
+        except StorageError as e:
+            log.error("fetch from %s-%d failed: %s", part.topic, part.index, e)
+            result.error = ErrorCode.KAFKA_STORAGE_ERROR
+            return result
+        result.size = sum(s.length for s in result.slices)
+        return result
+
+    async def wait_for_data(self, keys: list[TopicPartition], timeout_ms: int) -> bool:
+        """A delayed fetch: True when one of `keys` had an append (or a change), False at the timeout."""
+        return await self.purgatory.wait_any(keys, timeout_ms / 1000)
+
+    # ------------------------------------------------------------------------------ admin
+    def delete_records(self, topic: str, index: int, offset: int, now_ms: int) -> int:
+        """DeleteRecords on the leader (Kafka's deleteRecordsOnLocalLog): the new log start offset.
+        -1 means the high watermark. Raises KafkaApiError: UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_TOPIC_EXCEPTION (internal topics), NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION (no
+        `delete` in cleanup.policy), OFFSET_OUT_OF_RANGE (past the high watermark), KAFKA_STORAGE_ERROR."""
+        if self.get_partition(topic, index) is None and not self.metadata.image.has_partition(topic, index):
+            raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if topic in INTERNAL_TOPICS:
+            raise KafkaApiError(ErrorCode.INVALID_TOPIC_EXCEPTION)
+        part = self.leader_partition(topic, index)
+        if not self.metadata.image.topic_config(topic).delete:
+            raise KafkaApiError(ErrorCode.POLICY_VIOLATION)
+        hw = part.high_watermark
+        target = hw if offset == HIGH_WATERMARK else offset
+        if target < 0 or target > hw:
+            raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE)
+        try:
+            part.log.delete_records_before(target, now_ms)
+        except OffsetOutOfRangeError:
+            raise KafkaApiError(ErrorCode.OFFSET_OUT_OF_RANGE) from None
+        except StorageError as e:
+            log.error("DeleteRecords on %s-%d failed: %s", topic, index, e)
+            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR) from e
+        return part.log_start_offset
+
+    def last_offset_for_leader_epoch(self, topic: str, index: int, current_leader_epoch: int,
+                                     leader_epoch: int) -> tuple[int, int] | None:
+        """OffsetForLeaderEpoch on the leader: (epoch, end offset) or None for an unknown epoch."""
+        return self.leader_partition(topic, index, current_leader_epoch).last_offset_for_leader_epoch(leader_epoch)
+
+    # ------------------------------------------------------------------------------ followers and ISR
+    def update_follower_fetch_state(self, part: Partition, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        if not part.update_follower_fetch_state(replica_id, fetch_offset, now_ms):
+            return
+        if part.maybe_increment_high_watermark():
+            self._high_watermark_moved(part)
+            self.purgatory.notify(part.key)
+        isr = part.isr_to_expand(replica_id)
+        if isr is not None:
+            self._propose_isr(part, isr)
+
+    def maybe_shrink_isr(self, now_ms: int) -> int:
+        """Propose shrinking the ISR of every partition led here with lagging followers; how many."""
+        proposed = 0
+        for part in list(self._partitions.values()):
+            isr = part.isr_to_shrink(now_ms, self.replica_lag_time_max_ms)
+            if isr is not None:
+                self._propose_isr(part, isr)
+                proposed += 1
+        return proposed
+
+    def _propose_isr(self, part: Partition, isr: tuple[int, ...]) -> None:
+        if self.alter_partition is None:
+            return
+        part.isr_change_in_flight = True
+        task = asyncio.get_running_loop().create_task(self._alter_isr(part, isr))
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def _alter_isr(self, part: Partition, isr: tuple[int, ...]) -> None:
+        assert self.alter_partition is not None
+        epoch = part.leader_epoch
+        try:
+            partition_epoch = await self.alter_partition.alter_isr(part.topic, part.index, epoch, isr,
+                                                                   part.partition_epoch)
+        except (KafkaApiError, StorageError, OSError) as e:
+            log.warning("ISR change of %s-%d to %s not recorded: %s", part.topic, part.index, list(isr), e)
+            if part.leader_epoch == epoch:
+                part.isr_change_in_flight = False
+            return
+        if self._partitions.get(part.key) is not part or part.leader_epoch != epoch:
+            return   # a newer LeaderAndIsr came meanwhile; it carries the truth
+        log.info("ISR of %s-%d is now %s", part.topic, part.index, list(isr))
+        if part.apply_isr(isr, partition_epoch):
+            self._high_watermark_moved(part)
+        self.purgatory.notify(part.key)
+
+    async def _run_isr_expiration(self) -> None:
+        interval_s = max(self.replica_lag_time_max_ms / 2, 10) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                self.maybe_shrink_isr(self.clock())
+            except Exception:
+                log.exception("ISR expiration failed")
+
+    # ------------------------------------------------------------------------------ LeaderAndIsr / StopReplica
+    def apply_leader_and_isr(self, states: Iterable[LeaderAndIsrState], now_ms: int) -> dict[TopicPartition, ErrorCode]:
+        """Make this broker leader or follower of each partition (Kafka's becomeLeaderOrFollower):
+        opens the log of a new replica; a state with an older leader epoch is STALE_CONTROLLER_EPOCH."""
+        errors: dict[TopicPartition, ErrorCode] = {}
+        leaders: list[Partition] = []
+        followers: list[Partition] = []
+        for st in states:
+            if self.broker_id not in st.replicas:
+                errors[st.key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            part = self._partitions.get(st.key)
+            if part is None:
+                part = Partition(st.topic, st.partition, self.logs.open_log(st.topic, st.partition, now_ms),
+                                 self.broker_id)
+            try:
+                if st.leader == self.broker_id:
+                    changed = part.make_leader(st, now_ms)
+                else:
+                    changed = part.make_follower(st)
+            except KafkaApiError as e:
+                errors[st.key] = e.code
+                continue
+            self._partitions[st.key] = part
+            errors[st.key] = ErrorCode.NONE
+            if changed:
+                (leaders if part.is_leader else followers).append(part)
+                self.purgatory.notify(part.key)
+        if leaders or followers:
+            for fn in list(self._leadership_listeners):
+                fn(leaders, followers, [])
+        return errors
+
+    def stop_replicas(self, keys: Iterable[TopicPartition], *, delete: bool, now_ms: int) -> list[TopicPartition]:
+        """StopReplica: the partitions leave this broker (their logs too with `delete`); waiters on them
+        are woken to find them gone. Returns the partitions that were here."""
+        stopped = []
+        for key in keys:
+            part = self._partitions.pop(key, None)
+            if part is None:
+                continue
+            stopped.append(key)
+            self._hw_listeners.pop(key, None)
+            if delete:
+                self.logs.delete_log(key[0], key[1], now_ms)
+            self.purgatory.notify(key)
+        if stopped:
+            for fn in list(self._leadership_listeners):
+                fn([], [], stopped)
+        return stopped
+
+    # ------------------------------------------------------------------------------ listeners
+    def add_high_watermark_listener(self, key: TopicPartition, fn: HighWatermarkListener) -> None:
+        """`fn(high_watermark)` each time the partition's high watermark moves (one per partition)."""
+        self._hw_listeners[key] = fn
+
+    def remove_high_watermark_listener(self, key: TopicPartition) -> None:
+        self._hw_listeners.pop(key, None)
+
+    def add_leadership_listener(self, fn: LeadershipListener) -> None:
+        self._leadership_listeners.append(fn)

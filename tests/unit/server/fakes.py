@@ -1,0 +1,282 @@
+"""In-memory fakes of the broker's collaborators, for handler tests without sockets, disks or a broker.
+
+- `MemoryLog`: a partition log in memory (whole v2 batches, offsets and leader epochs patched in place
+  as `storage.Log` does); `MemoryLogs`: the replica manager's `LogProvider` and the `LogDirs` of
+  DescribeLogDirs over such logs.
+- `FakeController`: the controller channel, recording each change and publishing it in the image.
+- `FakeAlterPartition`: records ISR proposals and accepts or refuses them.
+- `make_services(...)`: the real ReplicaManager, MetadataCache and Coordinators over these fakes, and
+  `context(services, api_version, ...)` for one request.
+
+Record batches are built by `odradek.records.builder` (the client's builder), so the bytes are those a
+producer sends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from odradek.cluster.topics import PartitionState, TopicInfo
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError
+from odradek.protocol.headers import RequestHeader
+from odradek.records.builder import RecordBatchBuilder
+from odradek.records.header import iter_headers, set_base_offset, set_partition_leader_epoch
+from odradek.server.config import BrokerConfig
+from odradek.server.context import RequestContext, Services
+from odradek.server.coordinators import Coordinators
+from odradek.server.fetch_session import FetchSessionCache
+from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache, MetadataImage
+from odradek.server.partition import LeaderAndIsrState
+from odradek.server.replica_manager import ReplicaManager
+from odradek.server.workers import InlinePool
+from odradek.storage.errors import OffsetOutOfRangeError
+
+LISTENER = "PLAINTEXT"
+
+
+def batch(*values: bytes, timestamp: int = 1_000) -> bytearray:
+    b = RecordBatchBuilder()
+    for v in values:
+        b.append(None, v, timestamp=timestamp)
+    return bytearray(b.build())
+
+
+class Clock:
+    def __init__(self, now_ms: int = 1_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+# ------------------------------------------------------------------------------------------ logs
+@dataclass(frozen=True)
+class MemorySlice:
+    data: bytes
+
+    @property
+    def length(self) -> int:
+        return len(self.data)
+
+    def read(self) -> bytes:
+        return self.data
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    duplicate: bool = False
+
+
+class EpochCache:
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, int]] = []   # (epoch, start offset)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.entries[-1][0] if self.entries else None
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        if epoch >= 0 and (not self.entries or epoch > self.entries[-1][0]):
+            self.entries.append((epoch, start_offset))
+
+
+class MemoryLog:
+    """A partition log in memory: `batches` are (base offset, next offset, bytes)."""
+
+    def __init__(self, topic: str = "t", partition: int = 0) -> None:
+        self.topic, self.partition = topic, partition
+        self.batches: list[tuple[int, int, bytes]] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.leader_epoch_cache = EpochCache()
+        self.size_bytes = 0
+
+    def update_high_watermark(self, offset: int) -> int:
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def append(self, records: Any, leader_epoch: int, now_ms: int, log_append_time: bool = False) -> AppendInfo:
+        buf = bytearray(records)
+        first = offset = self.log_end_offset
+        for h in list(iter_headers(buf)):
+            set_base_offset(buf, h.pos, offset)
+            set_partition_leader_epoch(buf, h.pos, leader_epoch)
+            self.batches.append((offset, offset + h.last_offset_delta + 1, bytes(buf[h.pos:h.pos + h.size])))
+            offset += h.last_offset_delta + 1
+        self.leader_epoch_cache.assign(leader_epoch, first)
+        self.log_end_offset = offset
+        self.size_bytes += len(buf)
+        return AppendInfo(first, offset - 1)
+
+    def append_as_follower(self, records: Any, now_ms: int) -> AppendInfo:
+        buf = bytes(records)
+        headers = list(iter_headers(buf))
+        for h in headers:
+            self.batches.append((h.base_offset, h.next_offset, buf[h.pos:h.pos + h.size]))
+            self.leader_epoch_cache.assign(h.partition_leader_epoch, h.base_offset)
+        self.log_end_offset = headers[-1].next_offset
+        self.size_bytes += len(buf)
+        return AppendInfo(headers[0].base_offset, headers[-1].last_offset)
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
+             min_one_batch: bool = True) -> list[MemorySlice]:
+        if not self.log_start_offset <= start_offset <= self.log_end_offset:
+            raise OffsetOutOfRangeError(start_offset, self.log_start_offset, self.log_end_offset, "fetch")
+        end = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        out: list[MemorySlice] = []
+        size = 0
+        for base, nxt, data in self.batches:
+            if nxt <= start_offset:
+                continue
+            if nxt > end or (size + len(data) > max_bytes and not (min_one_batch and not out)):
+                break
+            out.append(MemorySlice(data))
+            size += len(data)
+        return out
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
+        """As `storage.Log`: the largest epoch <= leader_epoch and where the next one starts."""
+        entries = self.leader_epoch_cache.entries
+        if not entries or leader_epoch > entries[-1][0]:
+            return None
+        if leader_epoch == entries[-1][0]:
+            return leader_epoch, self.log_end_offset
+        higher = next(i for i, (e, _) in enumerate(entries) if e > leader_epoch)
+        if higher == 0:
+            return leader_epoch, entries[0][1]
+        return entries[higher - 1][0], entries[higher][1]
+
+    def delete_records_before(self, offset: int, now_ms: int) -> int:
+        if not 0 <= offset <= self.high_watermark:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.high_watermark, "DeleteRecords")
+        self.log_start_offset = max(self.log_start_offset, offset)
+        self.batches = [b for b in self.batches if b[1] > self.log_start_offset]
+        return self.log_start_offset
+
+
+class MemoryLogs:
+    """`LogProvider` for the replica manager and `LogDirs` for DescribeLogDirs."""
+
+    def __init__(self, log_dirs: list[Path] | None = None) -> None:
+        self.log_dirs = log_dirs or [Path("/nonexistent-log-dir")]
+        self.opened: dict[tuple[str, int], MemoryLog] = {}
+        self.deleted: list[tuple[str, int]] = []
+
+    def open_log(self, topic: str, partition: int, now_ms: int) -> MemoryLog:
+        return self.opened.setdefault((topic, partition), MemoryLog(topic, partition))
+
+    def delete_log(self, topic: str, partition: int, now_ms: int) -> None:
+        if self.opened.pop((topic, partition), None) is not None:
+            self.deleted.append((topic, partition))
+
+    def logs(self) -> Iterator[tuple[tuple[str, int], MemoryLog]]:
+        return iter(list(self.opened.items()))
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self.log_dirs[0] if (topic, partition) in self.opened else None
+
+
+# ------------------------------------------------------------------------------------------ controller
+class FakeController:
+    """The controller channel: records changes, then publishes them in the metadata image."""
+
+    def __init__(self, broker_id: int, metadata: MetadataCache) -> None:
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.replica_manager: ReplicaManager | None = None
+        self.changes: list[tuple] = []
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str]) -> tuple[TopicInfo | None, ErrorCode, str | None]:
+        if self.metadata.topic(name) is not None:
+            return None, ErrorCode.TOPIC_ALREADY_EXISTS, None
+        info = topic(name, num_partitions, replicas=[self.broker_id], configs=configs)
+        self.changes.append(("create_topic", name))
+        self.metadata.update(self.metadata.image.with_topics([info]))
+        if self.replica_manager is not None:
+            self.replica_manager.apply_leader_and_isr(leader_and_isr(info), 0)
+        return info, ErrorCode.NONE, None
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        info = self.metadata.topic(name)
+        assert info is not None
+        self.changes.append(("set_topic_configs", name, dict(configs)))
+        self.metadata.update(self.metadata.image.with_topics([TopicInfo(info.name, info.topic_id,
+                                                                        info.partitions, dict(configs))]))
+
+    def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
+                                   default: dict[str, str] | None = None) -> None:
+        self.changes.append(("set_dynamic_broker_configs", per_broker, default))
+        config = self.metadata.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
+        self.metadata.update(self.metadata.image.with_config(config))
+
+
+@dataclass
+class FakeAlterPartition:
+    """The AlterPartition channel: each proposal recorded; accepted at the next partition epoch
+    unless `refuse` names an error."""
+    proposals: list[tuple[str, int, int, tuple[int, ...]]] = field(default_factory=list)
+    refuse: ErrorCode | None = None
+
+    async def alter_isr(self, topic: str, partition: int, leader_epoch: int, isr: tuple[int, ...],
+                        partition_epoch: int) -> int:
+        self.proposals.append((topic, partition, leader_epoch, isr))
+        if self.refuse is not None:
+            raise KafkaApiError(self.refuse)
+        return partition_epoch + 1
+
+
+# ------------------------------------------------------------------------------------------ wiring
+def topic(name: str, partitions: int = 1, *, replicas: list[int] | None = None, leader: int | None = None,
+          leader_epoch: int = 0, isr: list[int] | None = None, configs: dict[str, str] | None = None) -> TopicInfo:
+    replicas = replicas if replicas is not None else [0]
+    return TopicInfo(name, uuid.uuid4(), {
+        p: PartitionState(replicas[0] if leader is None else leader, leader_epoch,
+                          list(replicas if isr is None else isr), list(replicas))
+        for p in range(partitions)}, dict(configs or {}))
+
+
+def leader_and_isr(info: TopicInfo) -> list[LeaderAndIsrState]:
+    return [LeaderAndIsrState(info.name, p, st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
+            for p, st in info.partitions.items()]
+
+
+def broker_config(**overrides: str) -> BrokerConfig:
+    return BrokerConfig({"broker.id": "0", **{k.replace("_", "."): v for k, v in overrides.items()}})
+
+
+def registration(broker_id: int, port: int = 9092) -> BrokerRegistration:
+    return BrokerRegistration(broker_id, (BrokerEndpoint(LISTENER, "localhost", port),))
+
+
+def make_services(*topics: TopicInfo, broker_id: int = 0, brokers: tuple[int, ...] = (0,),
+                  config: BrokerConfig | None = None, clock: Clock | None = None,
+                  alter_partition: FakeAlterPartition | None = None) -> Services:
+    """The real replica manager, metadata cache and coordinators over in-memory fakes; the topics'
+    partitions hosted here are opened as their states say."""
+    clock = clock or Clock()
+    image = MetadataImage(config or broker_config(), cluster_id="fake-cluster", controller_id=brokers[0],
+                          brokers={b: registration(b, 9092 + b) for b in brokers})
+    metadata = MetadataCache(image.with_topics(topics))
+    logs = MemoryLogs()
+    rm = ReplicaManager(broker_id, logs, metadata, clock, alter_partition=alter_partition)
+    controller = FakeController(broker_id, metadata)
+    controller.replica_manager = rm
+    for info in topics:
+        rm.apply_leader_and_isr([s for s in leader_and_isr(info) if broker_id in s.replicas], clock())
+    coordinators = Coordinators(broker_id, rm, metadata, controller, clock)
+    return Services(broker_id=broker_id, clock=clock, metadata=metadata, replica_manager=rm,
+                    coordinators=coordinators, controller=controller, log_dirs=logs, workers=InlinePool(),
+                    fetch_sessions=FetchSessionCache(10))
+
+
+def context(services: Services, api_key: int, api_version: int, client_id: str = "test") -> RequestContext:
+    header = RequestHeader(api_key=api_key, api_version=api_version, correlation_id=1, client_id=client_id)
+    return RequestContext(services, header, None, LISTENER)
