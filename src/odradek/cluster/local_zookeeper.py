@@ -140,7 +140,7 @@ class LocalZooKeeper:
         self._signal(signal.SIGKILL, 20.0)
 
     def _signal(self, sig: int, timeout_s: float) -> None:
-        if not self.running:
+        if not self.running or self.proc is None:
             return
         try:
             os.killpg(self.proc.pid, sig)

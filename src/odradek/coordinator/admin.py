@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from odradek.coordinator.group import GroupState
-from odradek.coordinator.records import GroupRecord, OffsetRecord
+from odradek.coordinator.records import GroupRecord, OffsetRecord, Record
 from odradek.coordinator.shard import GroupShard, Outcome
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages.describe_groups import DescribedGroup, DescribedGroupMember
@@ -60,7 +60,7 @@ def delete_group(shard: GroupShard, group_id: str, now_ms: int) -> Outcome:
         return Outcome(ErrorCode.GROUP_ID_NOT_FOUND)
     if g.state != GroupState.EMPTY:
         return Outcome(ErrorCode.NON_EMPTY_GROUP)
-    records = [OffsetRecord(group_id, topic, partition, None) for topic, partition in sorted(g.offsets)]
+    records: list[Record] = [OffsetRecord(group_id, topic, partition, None) for topic, partition in sorted(g.offsets)]
     records.append(GroupRecord(group_id, None))
     log.info("Deleting group %s with %d committed offsets", group_id, len(g.offsets))
     return Outcome(ErrorCode.NONE, records=records)

@@ -29,6 +29,7 @@ from odradek.coordinator.records import GroupMetadataValue, MemberMetadata, Offs
 from odradek.protocol.api import decode_record
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
+from odradek.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
 
 log = logging.getLogger("odradek.coordinator")
 
@@ -59,7 +60,7 @@ class Member:
     awaiting_sync: bool = False
     is_new: bool = False
 
-    def metadata(self, protocol: str) -> bytes:
+    def metadata(self, protocol: str | None) -> bytes:
         for name, data in self.protocols:
             if name == protocol:
                 return data
@@ -265,4 +266,5 @@ def parse_subscription(data: bytes) -> list[str]:
     if len(data) >= 2 and int.from_bytes(data[:2], "big", signed=True) > _SUBSCRIPTION_MAX_VERSION:
         data = _SUBSCRIPTION_MAX_VERSION.to_bytes(2, "big") + data[2:]
     _, sub = decode_record("ConsumerProtocolSubscription", data)
+    assert isinstance(sub, ConsumerProtocolSubscription)
     return list(sub.topics)

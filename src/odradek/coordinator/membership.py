@@ -26,6 +26,8 @@ from odradek.protocol.messages.join_group import JoinGroupRequest
 from odradek.protocol.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse, MemberResponse
 from odradek.protocol.messages.sync_group import SyncGroupRequest, SyncGroupResponse
 
+Protocols = list[tuple[str, bytes]]   # (protocol name, member metadata), in the member's order
+
 log = logging.getLogger("odradek.coordinator")
 
 PREPARING, COMPLETING = GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE
@@ -80,7 +82,8 @@ def _rebalance_timeout(req: JoinGroupRequest, caller: Caller) -> int:
     return req.session_timeout_ms if caller.api_version == 0 else req.rebalance_timeout_ms
 
 
-def _join_new_member(shard, group, req, protocols, caller, now_ms) -> Outcome:
+def _join_new_member(shard: GroupShard, group: ClassicGroup, req: JoinGroupRequest, protocols: Protocols,
+                     caller: Caller, now_ms: int) -> Outcome:
     instance_id = req.group_instance_id
     new_id = f"{instance_id if instance_id is not None else caller.client_id}-{shard.new_uuid()}"
     if instance_id is not None:
@@ -100,7 +103,8 @@ def _join_new_member(shard, group, req, protocols, caller, now_ms) -> Outcome:
     return _add_member_and_rebalance(shard, group, req, protocols, caller, new_id, now_ms)
 
 
-def _join_existing_member(shard, group, req, protocols, caller, now_ms) -> Outcome:
+def _join_existing_member(shard: GroupShard, group: ClassicGroup, req: JoinGroupRequest, protocols: Protocols,
+                          caller: Caller, now_ms: int) -> Outcome:
     member_id = req.member_id
     if member_id in group.pending_members:
         if req.group_instance_id is not None:
@@ -128,7 +132,8 @@ def _join_existing_member(shard, group, req, protocols, caller, now_ms) -> Outco
     return Outcome(rb.join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id))
 
 
-def _add_member_and_rebalance(shard, group, req, protocols, caller, member_id, now_ms) -> Outcome:
+def _add_member_and_rebalance(shard: GroupShard, group: ClassicGroup, req: JoinGroupRequest, protocols: Protocols,
+                              caller: Caller, member_id: str, now_ms: int) -> Outcome:
     member = Member(member_id, req.group_instance_id, caller.client_id, caller.client_host,
                     _rebalance_timeout(req, caller), req.session_timeout_ms, req.protocol_type, protocols,
                     awaiting_join=True, is_new=True)
@@ -144,7 +149,8 @@ def _add_member_and_rebalance(shard, group, req, protocols, caller, member_id, n
     return out
 
 
-def _update_member_and_rebalance(shard, group, member, req, protocols, caller, now_ms, reason) -> Outcome:
+def _update_member_and_rebalance(shard: GroupShard, group: ClassicGroup, member: Member, req: JoinGroupRequest,
+                                 protocols: Protocols, caller: Caller, now_ms: int, reason: str) -> Outcome:
     group.update_protocols(member, protocols, _rebalance_timeout(req, caller), req.session_timeout_ms)
     member.awaiting_join = True
     out = rb.maybe_prepare_rebalance_or_complete_join(shard, group, now_ms, reason)
@@ -152,7 +158,8 @@ def _update_member_and_rebalance(shard, group, member, req, protocols, caller, n
     return out
 
 
-def _replace_static_member(shard, group, req, protocols, caller, old_id, new_id, now_ms) -> Outcome:
+def _replace_static_member(shard: GroupShard, group: ClassicGroup, req: JoinGroupRequest, protocols: Protocols,
+                           caller: Caller, old_id: str, new_id: str, now_ms: int) -> Outcome:
     out = Outcome()
     old = group.members[old_id]
     # Whoever still waits under the old id is a duplicate instance: fence it now.
@@ -310,7 +317,8 @@ def leave_group(shard: GroupShard, req: LeaveGroupRequest, caller: Caller, now_m
     return out
 
 
-def _leave_one(shard, group, member_id, instance_id, reason, out: Outcome) -> ErrorCode:
+def _leave_one(shard: GroupShard, group: ClassicGroup, member_id: str, instance_id: str | None,
+               reason: str | None, out: Outcome) -> ErrorCode:
     if member_id == "":
         # Administrative removal of a static member by its instance id (KIP-345).
         known = group.static_members.get(instance_id) if instance_id is not None else None

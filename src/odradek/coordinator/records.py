@@ -123,16 +123,20 @@ def decode(key: bytes | None, value: bytes | None) -> Record | None:
     key_version = int.from_bytes(key[:2], "big", signed=True)
     if key_version in (0, 1):
         _, k = decode_record("OffsetCommitKey", key)
+        assert isinstance(k, OffsetCommitKey)
         if value is None:
             return OffsetRecord(k.group, k.topic, k.partition, None)
         version, v = decode_record("OffsetCommitValue", value)
+        assert isinstance(v, OffsetCommitValue)
         return OffsetRecord(k.group, k.topic, k.partition, OffsetAndMetadata.from_value(version, v))
     if key_version == GROUP_KEY_VERSION:
-        _, k = decode_record("GroupMetadataKey", key)
+        _, gk = decode_record("GroupMetadataKey", key)
+        assert isinstance(gk, GroupMetadataKey)
         if value is None:
-            return GroupRecord(k.group, None)
-        _, v = decode_record("GroupMetadataValue", value)
-        return GroupRecord(k.group, v)
+            return GroupRecord(gk.group, None)
+        _, gv = decode_record("GroupMetadataValue", value)
+        assert isinstance(gv, GroupMetadataValue)
+        return GroupRecord(gk.group, gv)
     return None
 
 
@@ -145,7 +149,7 @@ def build_batch(records: list[Record], now_ms: int) -> bytes:
     return builder.build()
 
 
-def iter_batches(buf) -> Iterator[tuple[int, list[Record]]]:
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, list[Record]]]:
     """(next offset, records this coordinator reads) for each whole v2 batch in `buf`, as the log
     returns them; control batches (transaction markers) and unknown record types give no records."""
     for h in iter_headers(buf, allow_partial_tail=True):

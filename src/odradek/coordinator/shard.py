@@ -23,7 +23,7 @@ import heapq
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import Callable
 
 from odradek.coordinator.group import ClassicGroup, GroupState, Member
 from odradek.coordinator.records import GroupMetadataValue, GroupRecord, OffsetRecord, Record
@@ -48,6 +48,7 @@ class GroupConfig:
 
 
 WaitKey = tuple   # ("join" | "sync", group_id, member_id)
+TimerKey = tuple  # ("session", group_id, member_id), ("offsets-retention",), ...
 
 
 @dataclass
@@ -78,19 +79,19 @@ class GroupShard:
         self.config = config
         self.new_uuid = new_uuid
         self.groups: dict[str, ClassicGroup] = {}
-        self.timers: dict[Hashable, int] = {}
-        self._heap: list[tuple[int, int, Hashable]] = []
+        self.timers: dict[TimerKey, int] = {}
+        self._heap: list[tuple[int, int, TimerKey]] = []
         self._seq = 0
 
     # ------------------------------------------------------------------------------ timers
-    def schedule(self, key: Hashable, deadline_ms: int) -> None:
+    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
         old = self.timers.get(key)
         self.timers[key] = deadline_ms
         if old is None or deadline_ms < old:
             self._seq += 1
             heapq.heappush(self._heap, (deadline_ms, self._seq, key))
 
-    def cancel(self, key: Hashable) -> None:
+    def cancel(self, key: TimerKey) -> None:
         self.timers.pop(key, None)
 
     def next_deadline(self) -> int | None:
@@ -106,8 +107,8 @@ class GroupShard:
                 heapq.heappush(heap, (current, self._seq, key))
         return None
 
-    def pop_due(self, now_ms: int) -> list[Hashable]:
-        due = []
+    def pop_due(self, now_ms: int) -> list[TimerKey]:
+        due: list[TimerKey] = []
         while True:
             deadline = self.next_deadline()
             if deadline is None or deadline > now_ms:

@@ -13,8 +13,21 @@ from __future__ import annotations
 
 import collections
 import itertools
+import uuid
+from typing import Any, Protocol
 
+from odradek.cluster.topics import TopicInfo
 from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages.fetch import FetchableTopicResponse, FetchRequest
+
+# [(topic name or None if its id is unknown, topic id, [FetchPartition])]
+Wanted = list[tuple[str | None, uuid.UUID | None, list[Any]]]
+
+
+class TopicIds(Protocol):
+    """Where topic ids resolve (the metadata cache)."""
+
+    def topic_by_id(self, topic_id: Any) -> TopicInfo | None: ...
 
 INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
@@ -28,7 +41,7 @@ class FetchSession:
         self.partitions: dict[tuple, list] = {}
         self.full_next = True
 
-    def apply(self, request, version: int, broker) -> None:
+    def apply(self, request: FetchRequest, version: int, broker: TopicIds) -> None:
         for t in request.topics:
             topic, topic_id = _names(t, version, broker)
             for fp in t.partitions:
@@ -44,13 +57,13 @@ class FetchSession:
                 for p in f.partitions:
                     self.partitions.pop((ident, p), None)
 
-    def wanted(self, request, version: int, broker):
-        grouped: dict = {}
+    def wanted(self, request: FetchRequest, version: int, broker: TopicIds) -> Wanted:
+        grouped: dict[tuple[str | None, uuid.UUID | None], list[Any]] = {}
         for topic, topic_id, fp, _ in self.partitions.values():
             grouped.setdefault((topic, topic_id), []).append(fp)
         return [(t, tid, fps) for (t, tid), fps in grouped.items()]
 
-    def filter_response(self, responses, version: int):
+    def filter_response(self, responses: list[FetchableTopicResponse], version: int) -> list[FetchableTopicResponse]:
         """Keep what an incremental response must carry (all of it for the session's first one)."""
         full = self.full_next
         self.full_next = False
@@ -73,7 +86,7 @@ class FetchSession:
         return out
 
 
-def _names(t, version: int, broker):
+def _names(t: Any, version: int, broker: TopicIds) -> tuple[str | None, uuid.UUID | None]:
     if version >= 13:
         info = broker.topic_by_id(t.topic_id)
         return (info.name if info else None), t.topic_id
@@ -86,7 +99,7 @@ class FetchSessionCache:
         self.sessions: collections.OrderedDict[int, FetchSession] = collections.OrderedDict()
         self._ids = itertools.count(1)
 
-    def update(self, request, version: int, broker):
+    def update(self, request: FetchRequest, version: int, broker: TopicIds) -> tuple[FetchSession | None, ErrorCode]:
         """(session or None for a sessionless fetch, top-level error code)."""
         if version < 7:
             return None, ErrorCode.NONE
@@ -106,9 +119,10 @@ class FetchSessionCache:
             session.apply(request, version, broker)
             self.sessions[session.id] = session
             return session, ErrorCode.NONE
-        session = self.sessions.get(sid)
-        if session is None:
+        found = self.sessions.get(sid)
+        if found is None:
             return None, ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+        session = found
         if epoch != session.epoch:
             return None, ErrorCode.INVALID_FETCH_SESSION_EPOCH
         session.epoch += 1
