@@ -104,7 +104,7 @@ def _read_partition(broker, topic, fp, *, version: int, remaining: int, first: b
     except OffsetOutOfRangeError:
         pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
         return pd, 0
-    except StorageError as e:
+    except (StorageError, OSError) as e:   # a disk error: Kafka's KafkaStorageException
         log.error("fetch from %s-%d failed: %s", topic, fp.partition, e)
         pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         return pd, 0
@@ -130,10 +130,10 @@ async def down_convert(broker, wanted, responses, magic: int) -> tuple[int, bool
                 try:
                     converted = await LegacyRecords.convert_first(pd.records.slices, magic, fp.fetch_offset,
                                                                   broker.workers)
-                except (ProtocolError, StorageError) as e:
+                except (ProtocolError, StorageError, OSError) as e:
                     log.error("down-converting %s-%d failed: %s", topic_resp.topic, pd.partition_index, e)
-                    pd.error_code = (ErrorCode.KAFKA_STORAGE_ERROR if isinstance(e, StorageError)
-                                     else ErrorCode.CORRUPT_MESSAGE)
+                    pd.error_code = (ErrorCode.CORRUPT_MESSAGE if isinstance(e, ProtocolError)
+                                     else ErrorCode.KAFKA_STORAGE_ERROR)
                     converted = None
                     any_error = True
                 pd.records = converted if converted is not None else b""

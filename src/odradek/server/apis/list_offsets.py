@@ -101,7 +101,7 @@ async def _answer(ctx, name: str, p, isolation: int, replica_id: int) -> m.ListO
         return m.ListOffsetsPartitionResponse(partition_index=index, error_code=code)
     try:
         ts, offset, epoch = await lookup(broker, part, p.timestamp, isolation, replica_id)
-    except StorageError as e:
+    except (StorageError, OSError) as e:   # a disk error: Kafka's KafkaStorageException
         log.error("ListOffsets on %s-%d failed: %s", name, index, e)
         return m.ListOffsetsPartitionResponse(partition_index=index, error_code=ErrorCode.KAFKA_STORAGE_ERROR)
     resp = m.ListOffsetsPartitionResponse(partition_index=index, error_code=ErrorCode.NONE,
