@@ -129,9 +129,10 @@ class LegacyRecords:
         try:
             out, cursor = await self.workers.run(convert_step, self.slices, cursor, self.magic,
                                                  self.fetch_offset, CONVERT_CHUNK_BYTES, False)
-        except (ProtocolError, StorageError, OSError) as e:
+        except (ProtocolError, StorageError, OSError, ValueError) as e:
             # The size is on the wire already: what is left becomes an overflow entry, and the reader
             # fetches again from the batch that failed (and gets the error then, from convert_first).
+            # ValueError: the segment file was closed under the response (deleted without delay).
             log.warning("down-conversion stopped mid-response, the rest is padding: %s", e)
             return None, done
         return (out or None), cursor
