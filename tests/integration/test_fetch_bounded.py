@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-import struct
 import threading
 import time
 
@@ -19,7 +18,7 @@ from kafka.consumer.fetcher import RecordTooLargeError
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record import MemoryRecords
 
-from .clients import Msg, api_versions_ok, consume_kafka_python, kafka_python_consumer, produce_confluent
+from .clients import Msg, RawClient, api_versions_ok, consume_kafka_python, kafka_python_consumer, produce_confluent
 
 FETCH_MAX_BYTES = 12 * 1024 * 1024
 BROKER_OVERRIDES = {"num.partitions": "1", "fetch.max.bytes": str(FETCH_MAX_BYTES),
@@ -28,14 +27,7 @@ MIB = 1024 * 1024
 NONE, UNSUPPORTED_VERSION = 0, 35
 
 
-class Raw:
-    """One connection speaking Fetch through kafka-python's message classes."""
-
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=60)
-        self.ids = itertools.count(1)
-
+class Raw(RawClient):
     def fetch(self, version: int, topic: str, partitions, *, max_bytes: int = 2**31 - 1, max_wait_ms: int = 0):
         """partitions: [(partition, fetch_offset, partition_max_bytes)]; returns (frame size, response)."""
         parts = [FetchRequest.FetchTopic.FetchPartition(partition=p, fetch_offset=o, partition_max_bytes=n,
@@ -44,21 +36,8 @@ class Raw:
         req = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes,
                            isolation_level=0, session_id=0, session_epoch=-1,
                            topics=[FetchRequest.FetchTopic(topic=topic, partitions=parts)], forgotten_topics_data=[])
-        req.with_header(correlation_id=next(self.ids), client_id="bounded")
-        self.sock.sendall(req.encode(version=version, header=True, framed=True))
-        size = struct.unpack(">i", self._read(4))[0]
-        return size, FetchResponse.decode(self._read(size), version=version, header=True)
-
-    def _read(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
-            assert chunk, "connection closed by the broker"
-            buf += chunk
-        return bytes(buf)
-
-    def close(self) -> None:
-        self.sock.close()
+        frame = self.call_raw(req, version)
+        return len(frame), FetchResponse.decode(frame, version=version, header=True)
 
 
 class RssWatch:

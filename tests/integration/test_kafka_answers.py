@@ -192,7 +192,8 @@ def test_sasl_login_and_kerberos_keys_are_dynamic_per_broker(broker):
     assert f.result(20)["sasl.kerberos.min.time.before.relogin"].value == "90000"
     # like Kafka's listener configs they are per broker: the cluster-wide default refuses them
     with RawClient(broker.bootstrap) as raw:
-        r = raw.call(IncrementalAlterConfigsRequest(resources=[(4, "", [("sasl.login.refresh.buffer.seconds", 0, "60")])],
-                                                    validate_only=False), IncrementalAlterConfigsResponse, 0)
+        resources = [(4, "", [("sasl.login.refresh.buffer.seconds", 0, "60")])]     # 4: broker, "": default
+        r = raw.call(IncrementalAlterConfigsRequest(resources=resources, validate_only=False),
+                     IncrementalAlterConfigsResponse, 0)
     (res,) = r.responses
     assert res.error_code == INVALID_REQUEST and "broker id must be specified" in res.error_message

@@ -148,8 +148,8 @@ async def handle_offset_delete(ctx, request: od.OffsetDeleteRequest) -> od.Offse
     answered = {(name, p): c for name, parts in results for p, c in parts}
     out = []
     for t in request.topics:
-        parts = [(p.partition_index, refused.get((t.name, p.partition_index), answered.get((t.name, p.partition_index))))
-                 for p in t.partitions]
+        keys = [(t.name, p.partition_index) for p in t.partitions]
+        parts = [(index, refused.get((name, index), answered.get((name, index)))) for name, index in keys]
         parts = [(p, c) for p, c in parts if c is not None]
         if parts:
             out.append(od.OffsetDeleteResponseTopic(name=t.name, partitions=[
