@@ -569,3 +569,40 @@ def fetch_v4(correlation_id: int, topic: str, partition: int, offset: int, *, ma
     body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, 0)
     body += struct.pack(">ih", 1, len(t)) + t + struct.pack(">iiqi", 1, partition, offset, max_bytes)
     return request_frame(1, 4, correlation_id, body)
+
+
+class RawClient:
+    """One connection speaking the protocol through kafka-python's generated message classes (their
+    encoder and decoder, not ours): `call(request, response_cls, version)`."""
+
+    def __init__(self, bootstrap: str, timeout: float = 60.0) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self._ids = iter(range(1, 2**31))
+
+    def call(self, request, response_cls, version: int):
+        return response_cls.decode(self.call_raw(request, version), version=version, header=True)
+
+    def call_raw(self, request, version: int) -> bytes:
+        """The response frame (header and body), undecoded."""
+        request.with_header(correlation_id=next(self._ids), client_id="raw-client")
+        self.sock.sendall(request.encode(version=version, header=True, framed=True))
+        size = struct.unpack(">i", self.read(4))[0]
+        return self.read(size)
+
+    def read(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            assert chunk, "connection closed by the broker"
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "RawClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -14,10 +15,13 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .cli_support import new_name, odradek, unreachable
-from .clients import Msg, confluent_config, confluent_consumer, consume_confluent, produce_confluent
+from .clients import Msg, confluent_config, confluent_consumer, consume_confluent, produce_confluent, wait_until
 from .conftest import odradek_command
 
 BROKER_OVERRIDES = {"num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
+# The completed-request log of Fetch shows when the command's consumer has its position.
+BROKER_LOGGERS = {"odradek.requests.completed.Fetch": "DEBUG"}
+FETCH_BY_CLI = "from client 'odradek-cli'"
 
 
 def make_topic(admin, prefix: str, partitions: int = 1) -> str:
@@ -151,11 +155,13 @@ def test_consume_latest_by_default_and_idle_timeout(broker, filled):
 
 def test_consume_follows_new_records(broker, admin):
     t = make_topic(admin, "cli-follow")
+    mark = broker.log_size()
     proc = subprocess.Popen([*odradek_command(), "consume", "--topic", t, "--max-messages", "3",
                              "--bootstrap-server", broker.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        time.sleep(3)   # the consumer is at the end by now
+        # Its first completed Fetch means the consumer has its position, the log end: what comes next is new.
+        wait_until(lambda: FETCH_BY_CLI in broker.log_text(mark), 30, "the consumer's first fetch")
         produce_confluent(broker.bootstrap, t, [Msg(None, f"live-{i}".encode()) for i in range(3)])
         out, err = proc.communicate(timeout=30)
     finally:
@@ -169,11 +175,19 @@ def test_consume_stops_cleanly_on_sigterm(broker, filled):
     proc = subprocess.Popen([*odradek_command(), "consume", "--topic", t, "--from-beginning",
                              "--bootstrap-server", broker.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(3)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout))
+    reader.start()
+    try:
+        wait_until(lambda: len(lines) >= 20, 30, "all 20 records printed")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        reader.join()
+    err = proc.stderr.read()
     assert proc.returncode == 0, err
-    assert len(out.splitlines()) == 20 and "Processed a total of 20 messages" in err
+    assert len(lines) == 20 and "Processed a total of 20 messages" in err
 
 
 def test_consume_errors(broker, filled):

@@ -175,9 +175,9 @@ class FakeBroker:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        from odradek.protocol.framing import FrameDecoder
+        from odradek.protocol.framing import FrameReader
 
-        decoder = FrameDecoder(256 * 1024 * 1024)
+        decoder = FrameReader(256 * 1024 * 1024)
         try:
             while True:
                 data = conn.recv(1 << 16)

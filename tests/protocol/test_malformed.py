@@ -1,7 +1,8 @@
 """Malformed input: every case raises ProtocolError (or its subclass), never another exception, and
 never allocates much more than it was given (tracemalloc peak <= 10 x input + 64 KiB).
 
-The table covers request frames (`decode_request`), framing (`FrameDecoder`) and record sets
+The table covers request frames (`decode_request`), framing (`FrameReader`, what the broker and the
+client read frames with) and record sets
 (`odradek.records`): lengths and counts that are negative, past the end or absurd, tagged fields out
 of order, truncations (every prefix of real clients' frames), unknown API keys and versions, overlong
 varints, bad CRCs and decompression bombs. Hypothesis then feeds random and mutated frames, record
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 
 from odradek.protocol.api import decode_request, encode_request
 from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
-from odradek.protocol.framing import FrameDecoder, FrameTooLarge
+from odradek.protocol.framing import FrameReader, FrameTooLarge
 from odradek.protocol.messages import APIS
 from odradek.records import (
     GZIP, LZ4, NONE, SNAPPY, ZSTD, BatchHeader, LegacyBatch, LegacyBuilder, RecordBatch, RecordBatchBuilder,
@@ -175,7 +176,7 @@ def decompress_capped(codec: int, cap: int):
 
 def feed(max_frame_bytes: int):
     def run(data) -> None:
-        FrameDecoder(max_frame_bytes).feed(data)
+        FrameReader(max_frame_bytes).feed(data)
     return run
 
 
@@ -400,17 +401,26 @@ def test_unsupported_api_versions_keeps_client_id(traced):
     assert (e.header.api_key, e.header.api_version, e.header.client_id) == (18, 99, "golden")
 
 
-def test_frame_decoder_waits_for_whole_frames():
-    """Truncation is not an error for the framer: it buffers, a byte at a time, without allocating ahead."""
+def test_frame_reader_waits_for_whole_frames(traced):
+    """Truncation is not an error for the framer: it buffers, a byte at a time. A frame larger than the
+    scratch buffer gets its own buffer once the size is known (within the limit), sized by what has
+    arrived, not by what was announced: it grows as the bytes come, up to the announced size."""
     frame = header(3, 1) + i32(-1)
     wire = i32(len(frame)) + frame
-    d = FrameDecoder(1 << 20)
+    r = FrameReader(1 << 20)
     got = []
     for b in wire:
-        got += d.feed(bytes([b]))
-    assert got == [bytearray(frame)] and d.buffered_bytes == 0
-    d = FrameDecoder(1 << 20)
-    assert d.feed(i32(1 << 20)) == [] and d.buffered_bytes == 0  # nothing reserved for the announced size
+        got += r.feed(bytes([b]))
+    assert got == [bytearray(frame)] and r.buffered_bytes == 0
+    r = FrameReader(1 << 20)
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    assert r.feed(i32(1 << 20)) == [] and r.buffered_bytes == 0
+    peak = tracemalloc.get_traced_memory()[1] - base
+    assert peak <= r.initial_frame_bytes + 64 * 1024 < (1 << 20)
+    assert r.feed(b"x" * 100) == [] and r.buffered_bytes == 100
+    [whole] = r.feed(b"y" * ((1 << 20) - 100))
+    assert len(whole) == 1 << 20 and whole[:101] == b"x" * 100 + b"y"
 
 
 @pytest.mark.parametrize("name,frame", GOLDEN, ids=[n for n, _ in GOLDEN])
@@ -516,6 +526,64 @@ def mutated(draw, corpus):
 @given(mutated(GOLDEN_ALL))
 def test_fuzz_mutated_golden_frames(frame):
     decodes_or_rejects(frame)
+
+
+def frames_of(wire: bytes, limit: int) -> tuple[list[bytes], bool]:
+    """The reference: the whole frames at the front of `wire`, and whether a size outside [0, limit]
+    stops them."""
+    frames, pos = [], 0
+    while len(wire) - pos >= 4:
+        size = struct.unpack_from(">i", wire, pos)[0]
+        if not 0 <= size <= limit:
+            return frames, True
+        if len(wire) - pos - 4 < size:
+            break
+        frames.append(wire[pos + 4:pos + 4 + size])
+        pos += 4 + size
+    return frames, False
+
+
+def read_pieces(limit: int, pieces: list[bytes]) -> None:
+    """Feed the pieces to a FrameReader; what it returns (and whether it refuses) must match the
+    reference."""
+    r = FrameReader(limit)
+    wire = b"".join(pieces)
+    expected, too_large = frames_of(wire, limit)
+    got: list[bytes] = []
+    try:
+        for piece in pieces:
+            got += [bytes(f) for f in r.feed(piece)]
+    except FrameTooLarge as e:
+        assert too_large and not 0 <= e.size <= limit
+        assert got == expected[:len(got)]
+        return
+    assert not too_large and got == expected
+    if sum(4 + len(f) for f in expected) == len(wire):
+        assert r.buffered_bytes == 0
+
+
+@st.composite
+def framed_streams(draw):
+    """Frames of random sizes (some past the 16 KiB scratch buffer) back to back, then a few random
+    bytes, cut into random pieces, with a random limit."""
+    payloads = draw(st.lists(st.one_of(st.binary(max_size=64), st.integers(16_000, 40_000).map(bytes)),
+                             max_size=6))
+    wire = b"".join(i32(len(p)) + p for p in payloads) + draw(st.binary(max_size=8))
+    cuts = sorted(draw(st.lists(st.integers(0, len(wire)), max_size=12)))
+    pieces = [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)])]
+    return draw(st.sampled_from([64, 20_000, 1 << 20])), pieces
+
+
+@FUZZ
+@given(framed_streams())
+def test_fuzz_frame_reader_any_split(case):
+    read_pieces(*case)
+
+
+@FUZZ
+@given(st.binary(max_size=600), st.sampled_from([0, 4, 100, 1 << 16]), st.integers(1, 64))
+def test_fuzz_frame_reader_random_bytes(data, limit, piece):
+    read_pieces(limit, [data[i:i + piece] for i in range(0, len(data), piece)])
 
 
 RECORD_CORPUS = [v2_batch(), v2_batch(compression=GZIP), v2_batch(compression=SNAPPY), v2_batch(compression=LZ4),

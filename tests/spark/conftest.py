@@ -89,14 +89,19 @@ def create_topic(bootstrap: str, topic: str, partitions: int, **config) -> None:
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config={k: str(v) for k, v in config.items()})])
     for f in futures.values():
         f.result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:   # metadata visible with every partition led
+    wait_partitions_led(admin, topic, partitions)
+
+
+def wait_partitions_led(admin, topic: str, partitions: int, timeout: float = 30) -> None:
+    """Until the metadata shows the topic with `partitions` partitions, every one with a leader."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=5).topics.get(topic)
         if md is not None and md.error is None and len(md.partitions) == partitions and \
                 all(p.leader >= 0 for p in md.partitions.values()):
             return
         time.sleep(0.1)
-    raise AssertionError(f"topic {topic} not ready")
+    raise AssertionError(f"topic {topic} not ready with {partitions} partitions")
 
 
 def produce(bootstrap: str, topic: str, records, one_per_batch: bool = False) -> list[tuple]:
@@ -149,8 +154,10 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 60) 
 
 
 def spark_subprocess(script: str, *args, env=None, log: Path | None = None) -> subprocess.Popen:
-    """A Python script (with its own Spark driver) in its own session, so it can be killed whole."""
+    """A Python script (with its own Spark driver) in its own session, so it can be killed whole. It
+    imports the tests from ROOT and odradek from wherever this process does (PYTHONPATH kept)."""
     out = open(log, "ab") if log else subprocess.DEVNULL
     return subprocess.Popen([sys.executable, script, *map(str, args)], stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **(env or {})})

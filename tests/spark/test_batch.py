@@ -5,10 +5,12 @@ records, with their offsets, timestamps and headers; writes are read back with c
 """
 
 import math
+import os
+import signal
 
 import pytest
 
-from tests.spark.conftest import consume_all, create_topic, is_tansu, produce, unique
+from tests.spark.conftest import ROOT, consume_all, create_topic, is_tansu, produce, spark_subprocess, unique
 
 PARTITIONS = 3
 PER_PARTITION = 700
@@ -223,8 +225,27 @@ def test_transaction_markers_are_not_data_loss(spark, tansu_broker):
         assert offsets == sorted(set(offsets)) and offsets[-1] > len(offsets) - 1     # gaps: the markers
 
 
-def test_found_without_registration_and_registered_explicitly(spark, dataset):
-    """PySpark registers `pyspark_odradek.DefaultSource` by itself; register() does it by hand too."""
+def test_found_without_registration(odradek_broker, tmp_path):
+    """A driver of its own that never imports odradek nor calls register() reads format("odradek"):
+    PySpark discovered pyspark_odradek.DefaultSource (in this session register() may have run)."""
+    topic = unique("discovered")
+    create_topic(odradek_broker.bootstrap, topic, 2)
+    produce(odradek_broker.bootstrap, topic, [(i % 2, None, b"v%d" % i, [], None) for i in range(37)])
+    log = tmp_path / "job.log"
+    proc = spark_subprocess(str(ROOT / "tests/spark/jobs/count_without_register.py"), odradek_broker.bootstrap,
+                            topic, log=log)
+    try:
+        rc = proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-4000:]
+    assert text.strip().splitlines()[-1] == "COUNT 37", text[-4000:]
+
+
+def test_registered_explicitly(spark, dataset):
+    """register() adds the same source by hand (for a session started without the package on its path)."""
     import pyspark_odradek
     from odradek.spark import OdradekDataSource, register
     assert pyspark_odradek.DefaultSource is OdradekDataSource and OdradekDataSource.name() == "odradek"

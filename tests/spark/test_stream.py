@@ -4,13 +4,14 @@ Restarts from a checkpoint, read limits, new partitions and topics, data loss, t
 Queries mostly run with Trigger.AvailableNow, which ends by itself once it has read what was there.
 """
 
+import json
 import shutil
 import threading
 import time
 
 import pytest
 
-from tests.spark.conftest import consume_all, create_topic, produce, unique
+from tests.spark.conftest import consume_all, create_topic, produce, unique, wait_partitions_led
 
 TIMEOUT_S = 180
 
@@ -101,7 +102,7 @@ def test_new_partitions_and_new_topics_are_read_from_earliest(spark, odradek_bro
     admin = AdminClient({"bootstrap.servers": bs})      # kept alive until its futures are done
     for f in admin.create_partitions([NewPartitions(f"{prefix}-a", 2)]).values():
         f.result(30)
-    time.sleep(1)
+    wait_partitions_led(admin, f"{prefix}-a", 2)
     produce(bs, f"{prefix}-a", records(40, 2, start=50))
     produce(bs, f"{prefix}-b", records(30, 2))
     run_to_parquet(spark, df, tmp_path / "out", tmp_path / "ckpt")
@@ -159,13 +160,23 @@ def test_min_offsets_per_trigger_waits_for_enough_records(spark, odradek_broker)
     name = topic.replace("-", "_")
     df = source(spark, bs, subscribe=topic, startingOffsets="earliest", minOffsetsPerTrigger="500",
                 maxTriggerDelay="60s")
+    # Triggers that run no batch report progress too (every 100 ms here, not every 10 s): the test
+    # sees Spark look at the 100 records and hold them back.
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "100ms")
     q = df.writeStream.format("memory").queryName(name).trigger(processingTime="200 milliseconds").start()
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while not q.recentProgress and time.monotonic() < deadline:    # the first trigger always runs
             time.sleep(0.1)
         produce(bs, topic, records(100, 1))
-        time.sleep(2)
+
+        def held_back() -> int:
+            """Triggers that saw the 100 records available and planned no batch for them."""
+            latest = [p["sources"][0]["latestOffset"] for p in q.recentProgress if p["numInputRows"] == 0]
+            return sum(1 for o in latest if (json.loads(o) if isinstance(o, str) else o) == {topic: {"0": 100}})
+        while held_back() < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert held_back() >= 3
         assert spark.sql(f"SELECT count(*) AS n FROM {name}").first().n == 0
         produce(bs, topic, records(450, 1, start=100))
         while spark.sql(f"SELECT count(*) AS n FROM {name}").first().n < 550 and time.monotonic() < deadline:
@@ -174,6 +185,7 @@ def test_min_offsets_per_trigger_waits_for_enough_records(spark, odradek_broker)
         assert max(p["numInputRows"] for p in q.recentProgress) == 550         # one batch
     finally:
         q.stop()
+        spark.conf.unset("spark.sql.streaming.noDataProgressEventInterval")
 
 
 def test_commit_offsets_to_group_for_lag_tools(spark, odradek_broker, tmp_path):

@@ -34,7 +34,6 @@ from odradek.protocol.messages.consumer_protocol_subscription import ConsumerPro
 log = logging.getLogger("odradek.coordinator")
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
-_SUBSCRIPTION_MAX_VERSION = 3
 
 
 class GroupState(str, enum.Enum):
@@ -260,11 +259,12 @@ class ClassicGroup:
 
 
 def parse_subscription(data: bytes) -> list[str]:
-    """The topics of a ConsumerProtocolSubscription; versions newer than we know are read as the
-    newest we know, as the Java client does."""
+    """The topics of a ConsumerProtocolSubscription, read by its version 0 prefix whatever version it
+    declares, as Kafka's coordinator reads them (every later version starts with the v0 fields, and
+    some clients declare v1 but send the v0 layout). The declared version must not be negative."""
     data = bytes(data)
-    if len(data) >= 2 and int.from_bytes(data[:2], "big", signed=True) > _SUBSCRIPTION_MAX_VERSION:
-        data = _SUBSCRIPTION_MAX_VERSION.to_bytes(2, "big") + data[2:]
-    _, sub = decode_record("ConsumerProtocolSubscription", data)
+    if len(data) < 2 or int.from_bytes(data[:2], "big", signed=True) < 0:
+        raise ProtocolError("ConsumerProtocolSubscription without a valid version")
+    _, sub = decode_record("ConsumerProtocolSubscription", b"\x00\x00" + data[2:])
     assert isinstance(sub, ConsumerProtocolSubscription)
     return list(sub.topics)

@@ -23,45 +23,6 @@ class FrameTooLarge(ProtocolError):
         self.limit = limit
 
 
-class FrameDecoder:
-    """Accumulates received bytes and yields complete frames (without their size prefix)."""
-
-    __slots__ = ("max_frame_bytes", "_buf", "_need")
-
-    def __init__(self, max_frame_bytes: int) -> None:
-        self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
-        self._need = -1  # size of the frame being read, -1 while reading the size
-
-    @property
-    def buffered_bytes(self) -> int:
-        return len(self._buf)
-
-    def feed(self, data: bytes) -> list[bytearray]:
-        buf = self._buf
-        buf += data
-        frames: list[bytearray] = []
-        pos = 0
-        end = len(buf)
-        while True:
-            if self._need < 0:
-                if end - pos < 4:
-                    break
-                size = _SIZE.unpack_from(buf, pos)[0]
-                if size < 0 or size > self.max_frame_bytes:
-                    raise FrameTooLarge(size, self.max_frame_bytes)
-                self._need = size
-                pos += 4
-            if end - pos < self._need:
-                break
-            frames.append(buf[pos:pos + self._need])  # a writable copy: the log patches offsets in it
-            pos += self._need
-            self._need = -1
-        if pos:
-            del buf[:pos]
-        return frames
-
-
 class FramePool(Protocol):
     """Where a FrameReader accounts the memory of the frames it allocates (the broker's KIP-72 pool).
     `try_reserve` is asked before a large frame's buffer exists; small frames, already read into the

@@ -19,6 +19,8 @@ magic 0/1, so zstd batches come out uncompressed (Kafka instead answers UNSUPPOR
 the caller may check `batch.compression` first to do the same). Control batches are dropped, headers
 are dropped, magic 0 drops timestamps. Legacy entries whose magic is not above the target are copied.
 Offsets, keys, values and (magic 1) timestamps and timestamp types are preserved.
+`v2_to_legacy_prefix` converts a bounded piece at a time, for Fetch v0-3 responses converted while
+they are sent (KIP-283, `odradek.server.record_slices`).
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def legacy_to_v2(buf, *, compression: int | None = None, base_offset: int | None
     return b"".join(out)
 
 
-def _legacy_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: int) -> bytes:
+def _legacy_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: int,
+                  min_offset: int | None = None) -> bytes:
     codec = batch.compression if batch.compression in codecs.LEGACY_CODECS else codecs.NONE
     timestamp_type = batch.timestamp_type if magic == 1 else 0
     log_append_time = batch.max_timestamp if timestamp_type == 1 else None  # batch is v2 here
@@ -128,22 +131,53 @@ def _legacy_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: in
             raise ProtocolError(f"record offsets do not increase within the batch at {record.offset}")
         if record.offset > INT64_MAX or not INT64_MIN <= record.timestamp <= INT64_MAX:
             raise ProtocolError("record offset or timestamp does not fit in 64 bits")
-        builder.append(record.key, record.value, timestamp=record.timestamp, offset=record.offset)
         previous = record.offset
-    return builder.build()
+        if min_offset is not None and record.offset < min_offset and codec == codecs.NONE:
+            continue
+        builder.append(record.key, record.value, timestamp=record.timestamp, offset=record.offset)
+    return builder.build() if len(builder) else b""
 
 
 def v2_to_legacy(buf, magic: int, *, check_crc: bool = True,
                  max_uncompressed_bytes: int = _DEFAULT_CAP, allow_partial_tail: bool = False) -> bytes:
     """Down-convert a record set to a magic 0 or 1 message set (see the module docstring)."""
+    _check_magic(magic)
+    return b"".join(_down_convert_entry(batch, magic, check_crc, max_uncompressed_bytes)
+                    for batch in iter_batches(buf, allow_partial_tail=allow_partial_tail))
+
+
+def v2_to_legacy_prefix(buf, magic: int, *, first_only: bool = False, min_offset: int | None = None,
+                        check_crc: bool = True, max_uncompressed_bytes: int = _DEFAULT_CAP
+                        ) -> tuple[bytes, int]:
+    """Down-convert the whole entries at the start of `buf`: (the legacy message set, how many bytes of
+    `buf` those entries took). A partial entry at the end is left for the next call; `first_only`
+    stops after the first entry that gives messages (KIP-283 sizes a lazily converted response by it:
+    control batches give none). Messages of uncompressed batches below `min_offset` (the fetch
+    offset) are left out, as Kafka's RecordsUtil.downConvert does; a compressed wrapper is kept whole."""
+    _check_magic(magic)
+    out: list[bytes] = []
+    used = 0
+    for batch in iter_batches(buf, allow_partial_tail=True):
+        converted = _down_convert_entry(batch, magic, check_crc, max_uncompressed_bytes, min_offset)
+        used = batch.pos + batch.size
+        if converted:
+            out.append(converted)
+            if first_only:
+                break
+    return b"".join(out), used
+
+
+def _check_magic(magic: int) -> None:
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
-    out: list[bytes] = []
-    for batch in iter_batches(buf, allow_partial_tail=allow_partial_tail):
-        if batch.magic <= magic:
-            if check_crc:
-                batch.ensure_valid()
-            out.append(bytes(batch.buf[batch.pos:batch.pos + batch.size]))
-        elif not batch.is_control:
-            out.append(_legacy_entry(batch, magic, check_crc, max_uncompressed_bytes))
-    return b"".join(out)
+
+
+def _down_convert_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: int,
+                        min_offset: int | None = None) -> bytes:
+    if batch.magic <= magic:
+        if check_crc:
+            batch.ensure_valid()
+        return bytes(batch.buf[batch.pos:batch.pos + batch.size])
+    if batch.is_control:
+        return b""
+    return _legacy_entry(batch, magic, check_crc, max_uncompressed_bytes, min_offset)

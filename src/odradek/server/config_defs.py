@@ -555,6 +555,26 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
       dynamic=True),
     K("sasl.server.callback.handler.class", CLASS, None, MEDIUM, None, "SASL server callback handler."),
     K("sasl.kerberos.service.name", STRING, None, MEDIUM, None, "Kerberos service name.", dynamic=True),
+    # Reconfigurable in Kafka (DynamicListenerConfig), per broker; accepted, not used: no Kerberos or
+    # OAUTHBEARER login here.
+    K("sasl.kerberos.kinit.cmd", STRING, "/usr/bin/kinit", MEDIUM, None, "Kerberos kinit command.",
+      dynamic=True),
+    K("sasl.kerberos.ticket.renew.window.factor", DOUBLE, 0.8, MEDIUM, None, "Renew a Kerberos ticket "
+      "after this share of its lifetime.", dynamic=True),
+    K("sasl.kerberos.ticket.renew.jitter", DOUBLE, 0.05, MEDIUM, None, "Jitter added to the renewal "
+      "time.", dynamic=True),
+    K("sasl.kerberos.min.time.before.relogin", LONG, 60000, MEDIUM, None, "Least time between Kerberos "
+      "relogins.", dynamic=True),
+    K("sasl.kerberos.principal.to.local.rules", LIST, ("DEFAULT",), MEDIUM, None, "Kerberos principal "
+      "to short name rules.", dynamic=True),
+    K("sasl.login.refresh.window.factor", DOUBLE, 0.8, MEDIUM, None, "Refresh a login credential after "
+      "this share of its lifetime.", dynamic=True),
+    K("sasl.login.refresh.window.jitter", DOUBLE, 0.05, MEDIUM, None, "Jitter added to the refresh "
+      "time.", dynamic=True),
+    K("sasl.login.refresh.min.period.seconds", SHORT, 60, MEDIUM, None, "Least time between credential "
+      "refreshes.", dynamic=True),
+    K("sasl.login.refresh.buffer.seconds", SHORT, 300, MEDIUM, None, "Refresh this long before the "
+      "credential expires.", dynamic=True),
     K("sasl.server.max.receive.size", INT, 524288, MEDIUM, None, "Largest SASL frame before authentication."),
     K("connections.max.reauth.ms", LONG, 0, MEDIUM, None, "Force re-authentication; 0 disables."),
     # --- security: TLS
@@ -584,6 +604,11 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     K("ssl.trustmanager.algorithm", STRING, "PKIX", MEDIUM, None, "JVM trust manager; accepted, not used.",
       dynamic=True),
     K("ssl.principal.mapping.rules", STRING, "DEFAULT", LOW, None, "Certificate DN to principal rules."),
+    K("ssl.provider", STRING, None, MEDIUM, None, "JVM security provider; accepted, not used.", dynamic=True),
+    K("ssl.secure.random.implementation", STRING, None, LOW, None, "JVM SecureRandom; accepted, not used.",
+      dynamic=True),
+    K("ssl.engine.factory.class", CLASS, None, LOW, None, "JVM SSLEngine factory; accepted, not used.",
+      dynamic=True),
 )
 
 TOPIC_CONFIGS: dict[str, ConfigKey] = _defs(
@@ -696,16 +721,22 @@ LISTENER_PREFIX = "listener.name."
 ACCEPTED_PREFIXES = (LISTENER_PREFIX, "config.providers")
 
 # Dynamic keys that only a single broker may set, never the cluster-wide default (Kafka's
-# DynamicBrokerConfig.PerBrokerConfigs): listener addresses and key material.
+# DynamicBrokerConfig.PerBrokerConfigs: the security configs and DynamicListenerConfig's reconfigurable
+# configs but the cluster-level max.connections, max.connection.creation.rate and num.network.threads).
 PER_BROKER_CONFIGS = frozenset({
     "listeners", "advertised.listeners", "listener.security.protocol.map", "principal.builder.class",
-    "ssl.protocol", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.keystore.type",
+    "ssl.protocol", "ssl.provider", "ssl.enabled.protocols", "ssl.cipher.suites", "ssl.keystore.type",
     "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
     "ssl.keystore.certificate.chain", "ssl.truststore.type", "ssl.truststore.location",
     "ssl.truststore.password", "ssl.truststore.certificates", "ssl.client.auth",
     "ssl.endpoint.identification.algorithm", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.secure.random.implementation", "ssl.engine.factory.class",
     "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config",
-    "sasl.kerberos.service.name",
+    "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd", "sasl.kerberos.ticket.renew.window.factor",
+    "sasl.kerberos.ticket.renew.jitter", "sasl.kerberos.min.time.before.relogin",
+    "sasl.kerberos.principal.to.local.rules", "sasl.login.refresh.window.factor",
+    "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds",
 })
 
 # Where odradek's default differs from Kafka's, and why.

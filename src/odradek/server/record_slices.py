@@ -1,23 +1,60 @@
-"""The records of one fetched partition as file slices, spliced into the response when it is sent.
+"""The records of one fetched partition, spliced into the response when it is sent.
 
-The protocol encoder writes the length prefix from `size` and records a reference; the connection
-awaits `send(transport, loop)` in its place. Large slices go out with `sendfile` (the kernel copies
-from the page cache to the socket; DESIGN, "Reads are slices of files, not copies") when the event
-loop can do it natively; small ones, and every slice on loops without native sendfile, are read with
-positioned reads (`pread`) into the transport. Either way the bytes are never decoded by Python.
+`RecordSlices` (Fetch v4+): file slices. The protocol encoder writes the length prefix from `size` and
+records a reference; the connection awaits `send(transport, loop, use_sendfile)` in its place. Large
+slices go out with `sendfile` (the kernel copies from the page cache to the socket; DESIGN, "Reads are
+slices of files, not copies") when the event loop can do it natively; small ones, and every slice on
+loops without native sendfile, are read with positioned reads (`pread`) into the transport a bounded
+piece at a time. Either way the bytes are never decoded by Python.
+
+`LegacyRecords` (Fetch v0-3, whose readers know only magic 0/1 messages): the v2 batches are
+down-converted lazily while the response is written (KIP-283), `CONVERT_CHUNK_BYTES` of stored batches
+at a time on the broker's worker pool, so neither the range nor its conversion is ever whole in memory
+and the event loop only moves bytes. The size prefix goes out first, so the size is fixed before the
+conversion, by Kafka's rule: the larger of the stored bytes and the first converted batch, so a reader
+always gets at least that batch whole. The converted stream is cut at that size (readers ignore a
+partial message at the end of a message set and fetch it again); if it runs short, the rest is an
+"overflow" entry, offset -1 with a message size pointing past the end, which readers ignore the same
+way. Between pieces the sender waits for the transport to drain (the protocol's `drained` event), so a
+slow reader holds one piece, not the response.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import struct
+
+from odradek.protocol.exceptions import ProtocolError
+from odradek.records.convert import v2_to_legacy_prefix
+from odradek.storage.errors import StorageError
+from odradek.storage.fileslice import FileSlice
+
+log = logging.getLogger("odradek.fetch")
 
 SENDFILE_MIN_BYTES = 64 * 1024
+PREAD_PIECE_BYTES = 1024 * 1024       # stored bytes copied per write when not using sendfile
+CONVERT_CHUNK_BYTES = 128 * 1024      # stored bytes down-converted per step (Kafka's MAX_READ_SIZE)
+FIRST_WINDOW_BYTES = 16 * 1024        # read to find the first batch that converts to messages
+LOG_OVERHEAD = 12                     # offset int64 + size int32 in front of every entry
+_ENTRY_HEAD = struct.Struct(">qi")
+_INT32_MAX = 2**31 - 1
+_ZEROS = bytes(64 * 1024)
+
+Cursor = tuple[int, int]  # (index of the slice, file position of the next entry in it)
 
 
 def native_sendfile(loop) -> bool:
     """asyncio's own selector loop sends files natively; uvloop's loop.sendfile would fall back to
     seeking and reading the shared segment file object, which storage forbids."""
     return isinstance(loop, asyncio.BaseEventLoop) and hasattr(loop, "_sendfile_native")
+
+
+async def _drained(transport) -> None:
+    """Wait while the transport's buffer is above its high-water mark (network.Connection's event)."""
+    drained = getattr(transport.get_protocol(), "drained", None)
+    if drained is not None and not drained.is_set():
+        await drained.wait()
 
 
 class RecordSlices:
@@ -31,8 +68,120 @@ class RecordSlices:
         for s in self.slices:
             if use_sendfile and s.length >= SENDFILE_MIN_BYTES:
                 await loop.sendfile(transport, s.file, s.position, s.length, fallback=False)
-            else:
-                transport.write(s.read())
+                continue
+            for at in range(0, s.length, PREAD_PIECE_BYTES):
+                n = min(PREAD_PIECE_BYTES, s.length - at)
+                transport.write(FileSlice(s.file, s.position + at, n).read())
+                await _drained(transport)
 
     def read(self) -> bytes:
         return b"".join(s.read() for s in self.slices)
+
+
+class LegacyRecords:
+    """Fetch v0-3: the batches of `slices` as magic `magic` messages, converted while sent. Build with
+    `convert_first`, which fixes the size."""
+
+    __slots__ = ("slices", "magic", "fetch_offset", "workers", "size", "_first", "_cursor")
+
+    def __init__(self, slices: list, magic: int, fetch_offset: int, workers, first: bytes, cursor: Cursor,
+                 size: int) -> None:
+        self.slices = slices
+        self.magic = magic
+        self.fetch_offset = fetch_offset
+        self.workers = workers
+        self.size = size
+        self._first: bytes | None = first
+        self._cursor = cursor
+
+    @classmethod
+    async def convert_first(cls, slices: list, magic: int, fetch_offset: int, workers) -> LegacyRecords | None:
+        """Convert the first batch that gives messages (on the worker pool) and size the response by
+        it; None when no batch does (only control batches: a legacy reader sees nothing). Raises
+        ProtocolError or StorageError when that batch cannot be read or converted."""
+        first, cursor = await workers.run(convert_step, slices, (0, slices[0].position), magic,
+                                          fetch_offset, FIRST_WINDOW_BYTES, True)
+        if not first:
+            return None
+        stored = sum(s.length for s in slices)
+        return cls(slices, magic, fetch_offset, workers, first, cursor, max(stored, len(first)))
+
+    async def send(self, transport, loop, use_sendfile: bool) -> None:
+        remaining = self.size
+        pending, self._first = self._first, None
+        cursor = self._cursor
+        while remaining > 0:
+            if pending is None:
+                pending, cursor = await self._convert_next(cursor)
+                if pending is None:
+                    await _write_overflow(transport, remaining)
+                    return
+            piece = memoryview(pending)[:remaining]
+            transport.write(piece)
+            remaining -= len(piece)
+            pending = None
+            await _drained(transport)
+
+    async def _convert_next(self, cursor: Cursor) -> tuple[bytes | None, Cursor]:
+        done = (len(self.slices), 0)
+        if cursor[0] >= len(self.slices):
+            return None, done
+        try:
+            out, cursor = await self.workers.run(convert_step, self.slices, cursor, self.magic,
+                                                 self.fetch_offset, CONVERT_CHUNK_BYTES, False)
+        except (ProtocolError, StorageError, OSError, ValueError) as e:
+            # The size is on the wire already: what is left becomes an overflow entry, and the reader
+            # fetches again from the batch that failed (and gets the error then, from convert_first).
+            # ValueError: the segment file was closed under the response (deleted without delay).
+            log.warning("down-conversion stopped mid-response, the rest is padding: %s", e)
+            return None, done
+        return (out or None), cursor
+
+
+async def _write_overflow(transport, remaining: int) -> None:
+    """`remaining` bytes that a legacy reader takes for a partial entry: an entry head announcing a
+    message longer than what is left, then zeros."""
+    transport.write(_ENTRY_HEAD.pack(-1, min(remaining + 1, _INT32_MAX))[:remaining])
+    remaining -= LOG_OVERHEAD
+    while remaining > 0:
+        n = min(remaining, len(_ZEROS))
+        transport.write(memoryview(_ZEROS)[:n])
+        remaining -= n
+        await _drained(transport)
+
+
+def convert_step(slices: list, cursor: Cursor, magic: int, fetch_offset: int, window_bytes: int,
+                 first_only: bool) -> tuple[bytes, Cursor]:
+    """Down-convert about `window_bytes` of stored batches from `cursor` (at least one whole batch,
+    more while they give no messages): (the legacy messages, the cursor after them); b"" at the end.
+    Messages below `fetch_offset` in uncompressed batches are left out (records/convert.py). Reads
+    files only, so it runs on a worker thread."""
+    i, pos = cursor
+    while i < len(slices):
+        s = slices[i]
+        end = s.position + s.length
+        if pos < end:
+            window = _whole_entries(s, pos, end, window_bytes)
+            out, used = v2_to_legacy_prefix(window, magic, first_only=first_only, min_offset=fetch_offset)
+            if used <= 0:
+                raise ProtocolError(f"no whole batch at {s.path}:{pos}")
+            pos += used
+            if out:
+                return out, (i, pos)
+            continue
+        i += 1
+        pos = slices[i].position if i < len(slices) else 0
+    return b"", (i, pos)
+
+
+def _whole_entries(s: FileSlice, pos: int, end: int, window_bytes: int) -> bytes:
+    """About `window_bytes` from `pos` (a batch start) inside the slice, ending with whole batches
+    (at least the first one, however large)."""
+    buf = FileSlice(s.file, pos, min(max(window_bytes, LOG_OVERHEAD), end - pos)).read()
+    if len(buf) >= LOG_OVERHEAD:
+        size = LOG_OVERHEAD + _ENTRY_HEAD.unpack_from(buf)[1]
+        if size > len(buf):
+            if not LOG_OVERHEAD < size <= end - pos:
+                raise ProtocolError(f"batch of {size} bytes at {s.path}:{pos} runs past its slice")
+            buf = FileSlice(s.file, pos, size).read()
+    return buf

@@ -243,6 +243,16 @@ class TimeIndex(_Index):
         ts, rel = self.ENTRY.unpack_from(buf, i * self.ENTRY.size)
         return ts, self.base_offset + rel
 
+    def first_above(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first entry whose timestamp > timestamp, or None."""
+        buf = self._entries_buf()
+        keys = _Keys(buf, self.ENTRY, 0)
+        i = bisect.bisect_right(keys, timestamp)
+        if i >= len(keys):
+            return None
+        ts, rel = self.ENTRY.unpack_from(buf, i * self.ENTRY.size)
+        return ts, self.base_offset + rel
+
     def last_entry(self) -> tuple[int, int]:
         last = self._raw_last()
         return (NO_TIMESTAMP, self.base_offset) if last is None else \

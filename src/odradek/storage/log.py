@@ -29,6 +29,7 @@ import os
 import re
 import struct
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +50,7 @@ from odradek.storage.names import parse_partition_dir_name
 from odradek.storage.producer_state import ProducerStateManager, load_producer_state
 from odradek.storage.recovery import recover_segment
 from odradek.storage.segment import DELETED_SUFFIX, LogSegment
-from odradek.storage.timestamps import Decompress
+from odradek.storage.timestamps import SCAN_BUDGET_BYTES, Decompress, TimestampScan
 
 MAX_LOADED_INACTIVE_SEGMENTS = 8  # inactive segments whose indexes stay in memory, per log
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
@@ -349,28 +350,46 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """ListOffsets by timestamp: the first record at or after log_start_offset whose timestamp
-        >= `timestamp` (None if there is none)."""
-        for segment in self._segments:
-            if segment.max_timestamp >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset,
-                                                         self.decompress)
-                self._touch(segment)
-                if found is not None:
-                    return TimestampAndOffset(found[0], found[1],
-                                              self.leader_epoch_cache.epoch_for_offset(found[1]))
+        >= `timestamp` (None if there is none). Runs the scans of `timestamp_scans` here."""
+        for scan in self.timestamp_scans(timestamp):
+            found = scan.run()
+            if found is not None:
+                return self.timestamp_and_offset(*found)
         return None
 
-    def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
-        """ListOffsets MAX_TIMESTAMP: the first record with the largest timestamp in the log."""
+    def timestamp_scans(self, timestamp: int) -> Iterator[TimestampScan]:
+        """The bounded scans (timestamps.py) that answer ListOffsets by timestamp, to run where the
+        caller likes (the broker: its worker pool), in order, stopping at the first that finds a
+        record: one per segment whose largest timestamp reaches `timestamp` (a header that lies
+        about its max timestamp can make a segment claim what it does not hold). The budget for
+        walking past lying headers is shared by the whole lookup."""
+        budget = SCAN_BUDGET_BYTES
+        for segment in tuple(self._segments):
+            if segment.file.closed or segment.max_timestamp < timestamp:
+                continue
+            scan = segment.timestamp_scan(timestamp, self._log_start_offset, self.decompress, budget)
+            self._touch(segment)
+            yield scan
+            budget = max(budget - scan.work_bytes, 0)
+
+    def max_timestamp_scan(self) -> TimestampScan | None:
+        """ListOffsets MAX_TIMESTAMP: the scan for the first record with the largest timestamp in
+        the log (None when no record has a timestamp)."""
         best = max(self._segments, key=lambda s: s.max_timestamp)  # first of equals
         if best.max_timestamp == NO_TIMESTAMP:
             return None
-        found = best.find_offset_by_timestamp(best.max_timestamp, self._log_start_offset,
-                                              self.decompress)
-        if found is None:
-            return None
-        return TimestampAndOffset(found[0], found[1],
-                                  self.leader_epoch_cache.epoch_for_offset(found[1]))
+        self._touch(best)
+        return best.max_timestamp_scan(self._log_start_offset, self.decompress)
+
+    def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
+        """ListOffsets MAX_TIMESTAMP, the scan run here."""
+        scan = self.max_timestamp_scan()
+        found = scan.run() if scan is not None else None
+        return self.timestamp_and_offset(*found) if found is not None else None
+
+    def timestamp_and_offset(self, timestamp: int, offset: int) -> TimestampAndOffset:
+        """A scan's answer with the leader epoch of its offset."""
+        return TimestampAndOffset(timestamp, offset, self.leader_epoch_cache.epoch_for_offset(offset))
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None:
         """OffsetForLeaderEpoch: (epoch, end offset), or None when the epoch is unknown."""

@@ -30,7 +30,7 @@ from odradek.storage.errors import CorruptRecordError, StorageError
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 from odradek.storage.scan import BatchInfo, scan_batches
-from odradek.storage.timestamps import Decompress, offset_for_timestamp
+from odradek.storage.timestamps import SCAN_BUDGET_BYTES, Decompress, TimestampScan
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -291,15 +291,43 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, min_offset: int,
                                  decompress: Decompress | None = None) -> tuple[int, int] | None:
         """(timestamp, offset) of the first record >= min_offset with timestamp >= the target."""
-        _, ts_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(max(ts_offset, min_offset))
-        for b in self.batches(position):
-            if b.max_timestamp >= timestamp and b.last_offset >= min_offset:
-                found = offset_for_timestamp(self.read_bytes(b.position, b.size), timestamp,
-                                             min_offset, decompress)
-                if found is not None:
-                    return found
-        return None
+        return self.timestamp_scan(timestamp, min_offset, decompress).run()
+
+    def timestamp_scan(self, timestamp: int, min_offset: int, decompress: Decompress | None = None,
+                       budget_bytes: int = SCAN_BUDGET_BYTES) -> TimestampScan:
+        """Plan the search for the first record >= min_offset with timestamp >= the target.
+
+        Time index entry (t, o) says o's batch is the first to reach t, and the entries are written
+        when offset index entries are. So with the last entry at or below the target (t_i, o_i) and the
+        first above it (t', o'): if t_i is the target, o_i's batch holds the answer; else the answer
+        lies after the last offset index entry before o' (the running maximum there was below the
+        target) and at or before o'. With no entry above, it lies in the unindexed tail."""
+        ts, ts_offset = self.time_index.lookup(timestamp)
+        start = self.offset_index.lookup(max(ts_offset, min_offset))[1]
+        until: int | None = ts_offset
+        if ts != timestamp:
+            above = self.time_index.first_above(timestamp)
+            if above is None:
+                until = None
+                start = max(start, self.offset_index.last_entry()[1])
+            else:
+                until = above[1]
+                start = max(start, self.offset_index.lookup(until - 1)[1])
+        return TimestampScan(self._own_reader(), start, self.size, until, timestamp, min_offset,
+                             decompress, budget_bytes)
+
+    def max_timestamp_scan(self, min_offset: int, decompress: Decompress | None = None) -> TimestampScan:
+        """Plan the search for the first record holding the segment's largest timestamp: it is in the
+        batch whose last offset is `offset_of_max_timestamp`, and nowhere else."""
+        until = self.offset_of_max_timestamp
+        start = self.offset_index.lookup(max(until, min_offset))[1]
+        return TimestampScan(self._own_reader(), start, self.size, until, self.max_timestamp,
+                             min_offset, decompress, 0, conservative=False)
+
+    def _own_reader(self) -> io.FileIO:
+        """A read-only file on a duplicate descriptor: a scan on another thread keeps reading the
+        same file even if the segment is closed, deleted or swapped meanwhile."""
+        return io.FileIO(os.dup(self.file.fileno()), "r", closefd=True)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 

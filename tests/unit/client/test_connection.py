@@ -12,7 +12,7 @@ from odradek.client.connection import (
 )
 from odradek.protocol.api import decode_request, encode_response
 from odradek.protocol.exceptions import ProtocolError
-from odradek.protocol.framing import FrameDecoder, FrameTooLarge
+from odradek.protocol.framing import FrameReader, FrameTooLarge
 from odradek.protocol.messages import api_versions as av, metadata as md
 
 API_VERSIONS = 18
@@ -21,7 +21,7 @@ API_VERSIONS = 18
 def frames_of(conn: ClientConnection) -> list[bytes]:
     """What the connection wrote, split into frames the way a broker reads them."""
     data = b"".join(bytes(c) for c in conn.data_to_send())
-    return [bytes(f) for f in FrameDecoder(1 << 30).feed(data)]
+    return [bytes(f) for f in FrameReader(1 << 30).feed(data)]
 
 
 def response_bytes(api_key: int, version: int, correlation_id: int, body) -> bytes:
@@ -165,7 +165,7 @@ def test_large_record_batches_are_sent_from_the_producers_buffer(size):
         name="t", partition_data=[pm.PartitionProduceData(index=0, records=batch)])]))
     chunks = conn.data_to_send()
     assert any(c is batch for c in chunks) == (len(batch) >= ZERO_COPY_MIN_BYTES)
-    [f] = [bytes(x) for x in FrameDecoder(1 << 30).feed(b"".join(bytes(c) for c in chunks))]
+    [f] = [bytes(x) for x in FrameReader(1 << 30).feed(b"".join(bytes(c) for c in chunks))]
     header, body = decode_request(f)
     assert bytes(body.topic_data[0].partition_data[0].records) == bytes(batch)
     theirs = KPProduceRequest.decode(f, version=header.api_version, header=True)

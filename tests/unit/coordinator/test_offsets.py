@@ -1,11 +1,14 @@
 """Committed offsets, their retention, and group administration."""
 
+import pytest
+
 from odradek.coordinator import admin
 from odradek.coordinator import offsets as offs
-from odradek.coordinator.group import GroupState
+from odradek.coordinator.group import GroupState, parse_subscription
 from odradek.coordinator.records import OffsetRecord
 from odradek.protocol.error_codes import ErrorCode
-from tests.unit.coordinator.harness import GROUP, Harness, assignment
+from odradek.protocol.exceptions import ProtocolError
+from tests.unit.coordinator.harness import GROUP, Harness, assignment, subscription
 
 E = ErrorCode
 
@@ -124,3 +127,21 @@ def test_describe_list_and_delete_groups():
     assert h.group is None and h.fetch(None) == {}
     assert h.run(admin.delete_group, GROUP) == E.GROUP_ID_NOT_FOUND
     assert h.rebuilt().durable_view() == h.shard.durable_view()
+
+
+def test_subscriptions_are_read_by_their_v0_prefix():
+    """Some clients declare ConsumerProtocolSubscription v1 but send the v0 layout (COMPAT-NOTES); Kafka
+    reads every version by its v0 prefix, so such a group's subscription is known."""
+    v0_layout_declared_v1 = (1).to_bytes(2, "big") + (0).to_bytes(4, "big") + (-1).to_bytes(4, "big", signed=True)
+    assert parse_subscription(v0_layout_declared_v1) == []
+    assert parse_subscription((1).to_bytes(2, "big") + subscription("a", "b")[2:]) == ["a", "b"]
+    assert parse_subscription((9).to_bytes(2, "big") + subscription("x")[2:] + b"future fields") == ["x"]
+    with pytest.raises(ProtocolError):
+        parse_subscription((-1).to_bytes(2, "big", signed=True) + subscription("x")[2:])
+    h = Harness()
+    a, = h.stable_group(1, protocols=(("range", v0_layout_declared_v1),))
+    h.commit({("t", 0): 1}, member_id=a, generation=1)
+    out = offs.delete_offsets(h.shard, GROUP, [("t", [0])], lambda t: E.NONE, h.now)
+    h.apply(out)
+    assert out.response == (E.NONE, [("t", [(0, E.NONE)])])     # subscribed to nothing: deletable
+    assert h.fetch(None) == {}

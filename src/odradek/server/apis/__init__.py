@@ -23,6 +23,7 @@ from odradek.server.apis.metadata import handle_metadata
 from odradek.server.apis.offsets import handle_offset_commit, handle_offset_delete, handle_offset_fetch
 from odradek.server.apis.produce import handle_produce
 from odradek.server.apis.producer_ids import handle_init_producer_id
+from odradek.server.apis.sasl import handle_sasl_authenticate, handle_sasl_handshake
 
 HANDLERS: dict[int, HandlerFn] = {
     0: handle_produce,
@@ -38,6 +39,7 @@ HANDLERS: dict[int, HandlerFn] = {
     14: handle_sync_group,
     15: handle_describe_groups,
     16: handle_list_groups,
+    17: handle_sasl_handshake,
     18: handle_api_versions,
     19: handle_create_topics,
     20: handle_delete_topics,
@@ -48,6 +50,7 @@ HANDLERS: dict[int, HandlerFn] = {
     32: handle_describe_configs,
     33: handle_alter_configs,
     35: handle_describe_log_dirs,
+    36: handle_sasl_authenticate,
     37: handle_create_partitions,
     44: handle_incremental_alter_configs,
     47: handle_offset_delete,

@@ -1,12 +1,20 @@
-"""ApiVersions (key 18): the versions of every API this broker serves (seed 003, "ApiVersions API")."""
+"""ApiVersions (key 18): the versions of every API this broker serves (seed 003, "ApiVersions API").
+
+From v3 (KIP-511) the request names the client software; a name or version outside Kafka's pattern
+(letters and digits, with '-' and '.' inside) is answered INVALID_REQUEST with no API list, as Kafka's
+ApiVersionsRequest.isValid decides. An unsupported request version is answered in dispatch.
+"""
 
 from __future__ import annotations
 
-from odradek.protocol.messages import APIS, api_versions as m
+import re
 
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import APIS, api_versions as m
 
 # Versions Apache Kafka marks unstable (latestVersionUnstable) are declared but not advertised.
 UNSTABLE_LATEST = {22: 6}  # InitProducerId v6: two-phase commit (KIP-939)
+SOFTWARE_NAME_OR_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 def supported(handlers: dict) -> list[m.ApiVersion]:
@@ -19,6 +27,13 @@ def supported(handlers: dict) -> list[m.ApiVersion]:
     return out
 
 
+def valid_software(request: m.ApiVersionsRequest) -> bool:
+    return all(SOFTWARE_NAME_OR_VERSION.fullmatch(s or "") is not None
+               for s in (request.client_software_name, request.client_software_version))
+
+
 async def handle_api_versions(ctx, request: m.ApiVersionsRequest) -> m.ApiVersionsResponse:
+    if ctx.api_version >= 3 and not valid_software(request):
+        return m.ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     # Tagged fields keep their defaults so they are not written (COMPAT-NOTES: librdkafka 2.0).
     return m.ApiVersionsResponse(error_code=0, api_keys=ctx.broker.api_versions, throttle_time_ms=0)

@@ -41,18 +41,43 @@ def _id_of(broker, name: str):
 
 
 # ------------------------------------------------------------------------------------ OffsetCommit
+def _missing_code(broker, name: str | None, index: int, use_ids: bool) -> ErrorCode:
+    """NONE when the partition exists, else the error Kafka answers for it before any group check."""
+    if name is None:
+        return ErrorCode.UNKNOWN_TOPIC_ID if use_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    info = broker.topics.get(name)
+    return ErrorCode.NONE if info is not None and index in info.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
 async def handle_offset_commit(ctx, request: oc.OffsetCommitRequest) -> oc.OffsetCommitResponse:
+    """Partitions this cluster does not have are answered UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for
+    v10 ids) and never reach the coordinator, so nothing is stored for them, whatever the group says
+    about the rest (Kafka's KafkaApis.handleOffsetCommitRequest)."""
+    broker = ctx.broker
     v = ctx.api_version
     if v >= 10:
         for t in request.topics:
-            t.name = _name_of(ctx.broker, t.topic_id)
-    try:
-        return await run(ctx, request.group_id, ops.commit_offsets, request, v, _topic_error(ctx.broker, v >= 10))
-    except CoordinatorError as e:
-        return oc.OffsetCommitResponse(throttle_time_ms=0, topics=[
-            oc.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
-                oc.OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=e.code)
-                for p in t.partitions]) for t in request.topics])
+            t.name = _name_of(broker, t.topic_id)
+    asked = request.topics
+    refused = {(i, j): code for i, t in enumerate(asked) for j, p in enumerate(t.partitions)
+               if (code := _missing_code(broker, t.name, p.partition_index, v >= 10))}
+    request.topics = [oc.OffsetCommitRequestTopic(name=t.name, topic_id=t.topic_id, partitions=kept)
+                      for i, t in enumerate(asked)
+                      if (kept := [p for j, p in enumerate(t.partitions) if (i, j) not in refused])]
+    answered: list = []
+    if request.topics:
+        try:
+            response = await run(ctx, request.group_id, ops.commit_offsets, request, v,
+                                 _topic_error(broker, v >= 10))
+            answered = [p.error_code for t in response.topics for p in t.partitions]
+        except CoordinatorError as e:
+            answered = [e.code for t in request.topics for _ in t.partitions]
+    codes = iter(answered)
+    return oc.OffsetCommitResponse(throttle_time_ms=0, topics=[
+        oc.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
+            oc.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                             error_code=refused[(i, j)] if (i, j) in refused else next(codes))
+            for j, p in enumerate(t.partitions)]) for i, t in enumerate(asked)])
 
 
 # ------------------------------------------------------------------------------------ OffsetFetch
@@ -109,13 +134,24 @@ async def handle_offset_fetch(ctx, request: of.OffsetFetchRequest) -> of.OffsetF
 
 # ------------------------------------------------------------------------------------ OffsetDelete
 async def handle_offset_delete(ctx, request: od.OffsetDeleteRequest) -> od.OffsetDeleteResponse:
-    topics = [(t.name, [p.partition_index for p in t.partitions]) for t in request.topics]
-    try:
+    """As for OffsetCommit, partitions this cluster does not have are answered here, per partition."""
+    broker = ctx.broker
+    refused = {(t.name, p.partition_index): code for t in request.topics for p in t.partitions
+               if (code := _missing_code(broker, t.name, p.partition_index, False))}
+    topics = [(t.name, kept) for t in request.topics
+              if (kept := [p.partition_index for p in t.partitions if (t.name, p.partition_index) not in refused])]
+    try:   # even with nothing left to delete: the group's own errors are answered (GROUP_ID_NOT_FOUND)
         code, results = await run(ctx, request.group_id, ops.delete_offsets, request.group_id, topics,
-                                  _topic_error(ctx.broker, False))
+                                  _topic_error(broker, False))
     except CoordinatorError as e:
         code, results = e.code, []
-    return od.OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=[
-        od.OffsetDeleteResponseTopic(name=name, partitions=[
-            od.OffsetDeleteResponsePartition(partition_index=p, error_code=c) for p, c in parts])
-        for name, parts in results])
+    answered = {(name, p): c for name, parts in results for p, c in parts}
+    out = []
+    for t in request.topics:
+        keys = [(t.name, p.partition_index) for p in t.partitions]
+        parts = [(index, refused.get((name, index), answered.get((name, index)))) for name, index in keys]
+        parts = [(p, c) for p, c in parts if c is not None]
+        if parts:
+            out.append(od.OffsetDeleteResponseTopic(name=t.name, partitions=[
+                od.OffsetDeleteResponsePartition(partition_index=p, error_code=c) for p, c in parts]))
+    return od.OffsetDeleteResponse(error_code=code, throttle_time_ms=0, topics=out)

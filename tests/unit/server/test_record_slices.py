@@ -1,0 +1,134 @@
+"""LegacyRecords (Fetch v0-3, KIP-283): converted a chunk at a time while sent, cut or padded to the size
+fixed before sending; what it writes is read back by kafka-python's record reader."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kafka.record import MemoryRecords
+
+from odradek.records.control import COMMIT, EndTransactionMarker, build_end_txn_marker_batch
+from odradek.server import record_slices
+from odradek.server.record_slices import LegacyRecords
+from odradek.server.workers import inline_pool
+from tests.unit.storage.batches import batch
+from tests.unit.storage.logutil import open_log
+
+
+class Transport:
+    """Collects what is written; its protocol's `drained` is cleared after every write and set again
+    by the next loop turn, so the sender must wait for it between pieces."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.writes = 0
+        self.drained = asyncio.Event()
+        self.drained.set()
+
+    def get_protocol(self):
+        return self
+
+    def write(self, data) -> None:
+        self.data += data
+        self.writes += 1
+        self.drained.clear()
+        asyncio.get_running_loop().call_soon(self.drained.set)
+
+
+def send(records) -> Transport:
+    t = Transport()
+
+    async def run():
+        await records.send(t, asyncio.get_running_loop(), False)
+    asyncio.run(run())
+    return t
+
+
+def messages(data: bytes) -> list:
+    out = []
+    records = MemoryRecords(bytes(data))
+    while (b := records.next_batch()) is not None:
+        out.extend(b)
+    return out
+
+
+def legacy(log, fetch_offset: int, max_bytes: int, magic: int = 1):
+    slices = log.read(fetch_offset, max_bytes)
+    return asyncio.run(LegacyRecords.convert_first(slices, magic, fetch_offset, inline_pool())), slices
+
+
+def fill(log, count: int, values_per_batch: int, size: int, **kw) -> None:
+    for i in range(count):
+        raw = batch([bytes([65 + i % 26]) * size] * values_per_batch, base_timestamp=1_000 + i,
+                    timestamp_deltas=list(range(values_per_batch)), **kw)
+        log.append(bytearray(raw), 0, now_ms=0)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_converted_stream_is_cut_at_the_size_and_read_as_whole_messages(tmp_path, monkeypatch, magic):
+    monkeypatch.setattr(record_slices, "CONVERT_CHUNK_BYTES", 2_000)   # many chunks
+    log = open_log(tmp_path, segment_bytes=10**7, index_interval_bytes=500)
+    fill(log, 60, 10, 30)                       # small records: legacy messages are larger than v2's
+    rec, slices = legacy(log, 7, 10**7, magic)
+    stored = sum(s.length for s in slices)
+    assert rec.size == stored
+    t = send(rec)
+    assert len(t.data) == rec.size and t.writes > 10
+    got = messages(t.data)
+    assert [m.offset for m in got] == list(range(7, 7 + len(got))) and 400 < len(got) < 593
+    assert all(m.magic == magic for m in got)
+
+
+def test_a_short_conversion_is_padded_with_an_overflow_entry(tmp_path):
+    """Headers are dropped: the messages are smaller than the batches, the rest is an entry head that
+    announces more than there is, which readers skip as a partial message."""
+    log = open_log(tmp_path, segment_bytes=10**7)
+    for i in range(5):
+        raw = bytearray(batch([b"v%d" % i], base_timestamp=1_000 + i))
+        log.append(raw, 0, now_ms=0)
+    slices = log.read(0, 10**7)
+    rec = asyncio.run(LegacyRecords.convert_first(slices, 1, 0, inline_pool()))
+    t = send(rec)
+    assert len(t.data) == rec.size == sum(s.length for s in slices)
+    got = messages(t.data)
+    assert [(m.offset, m.value) for m in got] == [(i, b"v%d" % i) for i in range(5)]
+
+
+def test_the_first_batch_is_whole_even_beyond_the_stored_size(tmp_path):
+    log = open_log(tmp_path, segment_bytes=10**7)
+    fill(log, 1, 200, 1)                        # 200 one-byte records: 3x larger as v1 messages
+    rec, slices = legacy(log, 0, 10**7)
+    assert rec.size > sum(s.length for s in slices)
+    assert [m.offset for m in messages(send(rec).data)] == list(range(200))
+
+
+def test_control_batches_convert_to_nothing(tmp_path):
+    log = open_log(tmp_path, segment_bytes=10**7)
+    marker = build_end_txn_marker_batch(EndTransactionMarker(COMMIT, 7), producer_id=7, producer_epoch=0,
+                                        timestamp=1_000)
+    log.append_as_follower(bytearray(marker), now_ms=0)
+    only_control, _ = legacy(log, 0, 10**7)
+    assert only_control is None
+    fill(log, 2, 3, 10)
+    rec, _ = legacy(log, 0, 10**7)
+    assert [m.offset for m in messages(send(rec).data)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_batch_that_fails_mid_response_ends_it_with_padding(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(record_slices, "CONVERT_CHUNK_BYTES", 500)
+    log = open_log(tmp_path, segment_bytes=10**7)
+    fill(log, 6, 2, 100)
+    rec, slices = legacy(log, 0, 10**7)
+    # corrupt the fourth batch on disk (its CRC no longer matches) after the response was sized
+    s = slices[0]
+    data = s.read()
+    pos = 0
+    for _ in range(3):
+        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+    log.active_segment.file.seek(s.position + pos + 70)
+    log.active_segment.file.write(b"\xff")
+    t = send(rec)
+    assert len(t.data) == rec.size
+    assert [m.offset for m in messages(t.data)] == [0, 1, 2, 3, 4, 5]
+    assert "down-conversion stopped" in caplog.text
