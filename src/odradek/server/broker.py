@@ -140,7 +140,8 @@ class Broker:
         self.services = Services(
             broker_id=self.broker_id, clock=self.clock, metadata=self.metadata,
             replica_manager=self.replica_manager, coordinators=self.coordinators, controller=self,
-            log_dirs=self.logs, workers=self.workers, fetch_sessions=self.fetch_sessions, broker=self)
+            log_dirs=self.logs, workers=self.workers, fetch_sessions=self.fetch_sessions,
+            api_versions=self.api_versions, broker=self)
         for ep in self.config.listeners:
             listener = Listener(
                 self.dispatcher,

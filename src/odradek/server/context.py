@@ -19,7 +19,7 @@ module docstrings of `server/apis/`); a migrated handler never touches it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
@@ -80,6 +80,7 @@ class Services:
     log_dirs: LogDirs
     workers: Workers
     fetch_sessions: FetchSessionCache
+    api_versions: list[Any] = field(default_factory=list)   # ApiVersions' answer: what the handlers serve
     broker: Any = None   # only for handlers not yet migrated
 
 

@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 
 NO_LEADER = -1
 UNDEFINED_EPOCH = -1
+READ_COMMITTED = 1
 
 TopicPartition = tuple[str, int]
 Records = bytearray | memoryview | bytes   # v2 batches; writable ones are patched in place
@@ -34,6 +36,25 @@ Records = bytearray | memoryview | bytes   # v2 batches; writable ones are patch
 class EpochCache(Protocol):
     @property
     def latest_epoch(self) -> int | None: ...
+
+    def epoch_for_offset(self, offset: int) -> int | None: ...
+
+
+class TimestampSearch(Protocol):
+    """A bounded search of one segment (storage/timestamps.py), run where the caller likes."""
+
+    def run(self) -> tuple[int, int] | None: ...
+
+
+class TimestampAndOffset(Protocol):
+    @property
+    def timestamp(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def leader_epoch(self) -> int | None: ...
 
 
 class PartitionLog(Protocol):
@@ -65,6 +86,12 @@ class PartitionLog(Protocol):
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None: ...
 
     def delete_records_before(self, offset: int, now_ms: int) -> int: ...
+
+    def timestamp_scans(self, timestamp: int) -> Iterator[TimestampSearch]: ...
+
+    def max_timestamp_scan(self) -> TimestampSearch | None: ...
+
+    def timestamp_and_offset(self, timestamp: int, offset: int) -> TimestampAndOffset: ...
 
 
 class AppendInfo(Protocol):
@@ -152,6 +179,13 @@ class Partition:
     def last_stable_offset(self) -> int:
         # Transactions are not yet written by this broker; the LSO is the high watermark.
         return self.log.high_watermark
+
+    def fetch_limit(self, replica_id: int, isolation: int) -> int:
+        """Where a reader's view ends: the log end for a follower (replica id >= 0), the last stable
+        offset for a read_committed consumer, the high watermark for any other."""
+        if replica_id >= 0:
+            return self.log.log_end_offset
+        return self.last_stable_offset if isolation == READ_COMMITTED else self.log.high_watermark
 
     # ------------------------------------------------------------------------------ role changes
     def make_leader(self, state: LeaderAndIsrState, now_ms: int) -> bool:

@@ -43,7 +43,6 @@ from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 
 log = logging.getLogger("odradek.replicas")
 
-READ_COMMITTED = 1
 HIGH_WATERMARK = -1   # DeleteRecords' "up to the high watermark"
 Clock = Callable[[], int]
 HighWatermarkListener = Callable[[int], None]
@@ -128,14 +127,15 @@ class ReplicaManager:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 
-    def leader_partition(self, topic: str | None, index: int, current_leader_epoch: int = -1) -> Partition:
-        """The replica hosted here as leader, the request's leader epoch fenced (Kafka's
-        getPartitionOrException then localLogWithEpochOrThrow(requireLeader))."""
+    def leader_partition(self, topic: str | None, index: int, current_leader_epoch: int = -1, *,
+                         require_leader: bool = True) -> Partition:
+        """The replica hosted here as leader (any replica without `require_leader`), the request's
+        leader epoch fenced (Kafka's getPartitionOrException then localLogWithEpochOrThrow)."""
         part = self.get_partition_or_error(topic, index)
         code = part.check_leader_epoch(current_leader_epoch)
         if code is not ErrorCode.NONE:
             raise KafkaApiError(code)
-        if not part.is_leader:
+        if require_leader and not part.is_leader:
             raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         return part
 
@@ -221,9 +221,7 @@ class ReplicaManager:
             return result
         if replica_id >= 0:
             self.update_follower_fetch_state(part, replica_id, fetch_offset, now_ms)
-            limit = leo
-        else:
-            limit = result.last_stable_offset if isolation == READ_COMMITTED else hw
+        limit = part.fetch_limit(replica_id, isolation)
         if fetch_offset >= limit or max_bytes <= 0:
             return result
         try:

@@ -23,6 +23,7 @@ from typing import Any
 from odradek.cluster.topics import PartitionState, TopicInfo
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.headers import RequestHeader
+from odradek.records.batch import RecordBatch
 from odradek.records.builder import RecordBatchBuilder
 from odradek.records.header import iter_headers, set_base_offset, set_partition_leader_epoch
 from odradek.server.config import BrokerConfig
@@ -38,10 +39,10 @@ from odradek.storage.errors import OffsetOutOfRangeError
 LISTENER = "PLAINTEXT"
 
 
-def batch(*values: bytes, timestamp: int = 1_000) -> bytearray:
+def batch(*values: bytes, timestamp: int = 1_000, timestamps: list[int] | None = None) -> bytearray:
     b = RecordBatchBuilder()
-    for v in values:
-        b.append(None, v, timestamp=timestamp)
+    for i, v in enumerate(values):
+        b.append(None, v, timestamp=timestamps[i] if timestamps is not None else timestamp)
     return bytearray(b.build())
 
 
@@ -73,9 +74,33 @@ class AppendInfo:
     duplicate: bool = False
 
 
+@dataclass(frozen=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+@dataclass(frozen=True)
+class Search:
+    """A timestamp search over the records given, run when asked (as storage's TimestampScan)."""
+    records: list[tuple[int, int]]     # (timestamp, offset) in offset order
+    target: int | None                 # None: the first record with the largest timestamp
+
+    def run(self) -> tuple[int, int] | None:
+        if self.target is None:
+            best = max((t for t, _ in self.records), default=-1)
+            return next(((t, o) for t, o in self.records if t == best), None) if best >= 0 else None
+        return next(((t, o) for t, o in self.records if t >= self.target), None)
+
+
 class EpochCache:
     def __init__(self) -> None:
         self.entries: list[tuple[int, int]] = []   # (epoch, start offset)
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        found = [e for e, start in self.entries if start <= offset]
+        return found[-1] if found else None
 
     @property
     def latest_epoch(self) -> int | None:
@@ -152,6 +177,19 @@ class MemoryLog:
         if higher == 0:
             return leader_epoch, entries[0][1]
         return entries[higher - 1][0], entries[higher][1]
+
+    def _records(self) -> list[tuple[int, int]]:
+        return [(r.timestamp, r.offset) for _, _, data in self.batches for r in RecordBatch(data).records()
+                if r.offset >= self.log_start_offset]
+
+    def timestamp_scans(self, timestamp: int) -> Iterator[Search]:
+        yield Search(self._records(), timestamp)
+
+    def max_timestamp_scan(self) -> Search | None:
+        return Search(self._records(), None) if self.batches else None
+
+    def timestamp_and_offset(self, timestamp: int, offset: int) -> TimestampAndOffset:
+        return TimestampAndOffset(timestamp, offset, self.leader_epoch_cache.epoch_for_offset(offset))
 
     def delete_records_before(self, offset: int, now_ms: int) -> int:
         if not 0 <= offset <= self.high_watermark:

@@ -8,16 +8,18 @@ ApiVersionsRequest.isValid decides. An unsupported request version is answered i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import APIS, api_versions as m
+from odradek.server.context import RequestContext
 
 # Versions Apache Kafka marks unstable (latestVersionUnstable) are declared but not advertised.
 UNSTABLE_LATEST = {22: 6}  # InitProducerId v6: two-phase commit (KIP-939)
 SOFTWARE_NAME_OR_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
-def supported(handlers: dict) -> list[m.ApiVersion]:
+def supported(handlers: Iterable[int]) -> list[m.ApiVersion]:
     out = []
     for k in sorted(handlers):
         top = APIS[k].MAX_VERSION
@@ -32,8 +34,8 @@ def valid_software(request: m.ApiVersionsRequest) -> bool:
                for s in (request.client_software_name, request.client_software_version))
 
 
-async def handle_api_versions(ctx, request: m.ApiVersionsRequest) -> m.ApiVersionsResponse:
+async def handle_api_versions(ctx: RequestContext, request: m.ApiVersionsRequest) -> m.ApiVersionsResponse:
     if ctx.api_version >= 3 and not valid_software(request):
         return m.ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     # Tagged fields keep their defaults so they are not written (COMPAT-NOTES: librdkafka 2.0).
-    return m.ApiVersionsResponse(error_code=0, api_keys=ctx.broker.api_versions, throttle_time_ms=0)
+    return m.ApiVersionsResponse(error_code=0, api_keys=ctx.services.api_versions, throttle_time_ms=0)

@@ -31,12 +31,15 @@ import struct
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages import fetch as m
+from odradek.server.context import RequestContext
+from odradek.server.fetch_session import Wanted
+from odradek.server.metadata_cache import MetadataImage
+from odradek.server.partition import READ_COMMITTED
 from odradek.server.record_slices import LegacyRecords, RecordSlices
-from odradek.storage.errors import OffsetOutOfRangeError, StorageError
+from odradek.storage.errors import StorageError
 
 log = logging.getLogger("odradek.fetch")
 
-READ_COMMITTED = 1
 INT32_MAX = 2**31 - 1
 # A partial legacy entry: offset -1 and a message size past the end (Kafka's overflow batch).
 OVERSIZED_FIRST_BATCH = struct.pack(">qi", -1, 61)
@@ -46,11 +49,12 @@ def _replica_id(request: m.FetchRequest, version: int) -> int:
     return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
-def _records_size(records) -> int:
+def _records_size(records: RecordSlices | LegacyRecords | bytes) -> int:
     return records.size if hasattr(records, "size") else len(records)
 
 
-def read_partitions(broker, wanted, *, version: int, max_bytes: int, isolation: int, replica_id: int):
+def read_partitions(ctx: RequestContext, wanted: Wanted, *, version: int, max_bytes: int, isolation: int,
+                    replica_id: int) -> tuple[list[m.FetchableTopicResponse], int, bool]:
     """(responses by topic, bytes read, any error) for [(topic, topic_id, [FetchPartition])]."""
     remaining = max_bytes
     total = 0
@@ -59,7 +63,7 @@ def read_partitions(broker, wanted, *, version: int, max_bytes: int, isolation: 
     for topic, topic_id, partitions in wanted:
         datas = []
         for fp in partitions:
-            pd, size = _read_partition(broker, topic, fp, version=version, remaining=remaining,
+            pd, size = _read_partition(ctx, topic, fp, version=version, remaining=remaining,
                                        first=total == 0, isolation=isolation, replica_id=replica_id)
             any_error = any_error or pd.error_code != ErrorCode.NONE
             total += size
@@ -69,57 +73,41 @@ def read_partitions(broker, wanted, *, version: int, max_bytes: int, isolation: 
     return out, total, any_error
 
 
-def _read_partition(broker, topic, fp, *, version: int, remaining: int, first: bool, isolation: int,
-                    replica_id: int) -> tuple[m.PartitionData, int]:
-    part = broker.partition(topic, fp.partition) if topic is not None else None
-    if part is None:
-        code = ErrorCode.UNKNOWN_TOPIC_ID if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return m.PartitionData(partition_index=fp.partition, error_code=code, high_watermark=-1, records=b""), 0
-    hw = part.high_watermark
-    lso = part.last_stable_offset
-    if replica_id >= 0:
-        limit = part.log_end_offset
-    else:
-        limit = lso if isolation == READ_COMMITTED else hw
-    pd = m.PartitionData(partition_index=fp.partition, error_code=ErrorCode.NONE, high_watermark=hw,
-                         last_stable_offset=lso, log_start_offset=part.log_start_offset,
+def _read_partition(ctx: RequestContext, topic: str | None, fp: m.FetchPartition, *, version: int, remaining: int,
+                    first: bool, isolation: int, replica_id: int) -> tuple[m.PartitionData, int]:
+    if topic is None:
+        return m.PartitionData(partition_index=fp.partition, error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                               high_watermark=-1, records=b""), 0
+    budget = min(fp.partition_max_bytes, remaining)
+    # Before v3 a whole first batch is asked for only to tell "too large" from "nothing".
+    r = ctx.replica_manager.read(topic, fp.partition, fetch_offset=fp.fetch_offset,
+                                 current_leader_epoch=fp.current_leader_epoch, replica_id=replica_id,
+                                 isolation=isolation, max_bytes=max(budget, 0), min_one_batch=first or version < 3,
+                                 now_ms=ctx.clock())
+    if r.error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER):
+        return m.PartitionData(partition_index=fp.partition, error_code=r.error, high_watermark=-1, records=b""), 0
+    pd = m.PartitionData(partition_index=fp.partition, error_code=r.error, high_watermark=r.high_watermark,
+                         last_stable_offset=r.last_stable_offset, log_start_offset=r.log_start_offset,
                          aborted_transactions=[] if isolation == READ_COMMITTED else None, records=b"")
-    if fp.current_leader_epoch >= 0 and fp.current_leader_epoch != part.leader_epoch:
-        pd.error_code = (ErrorCode.FENCED_LEADER_EPOCH if fp.current_leader_epoch < part.leader_epoch
-                         else ErrorCode.UNKNOWN_LEADER_EPOCH)
-        return pd, 0
-    if fp.fetch_offset > part.log_end_offset or fp.fetch_offset < part.log_start_offset:
-        pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+    if r.error:
         return pd, 0
     if version < 4 and replica_id < 0 and \
-            not broker.topic_config(topic).get_value("message.downconversion.enable"):
+            not ctx.metadata.topic_config(topic).get_value("message.downconversion.enable"):
         pd.error_code = ErrorCode.UNSUPPORTED_VERSION
         return pd, 0
-    if fp.fetch_offset >= limit or remaining <= 0:
+    if not r.slices:
         return pd, 0
-    budget = min(fp.partition_max_bytes, remaining)
-    try:
-        # Before v3 a whole first batch is asked for only to tell "too large" from "nothing".
-        slices = part.log.read(fp.fetch_offset, budget, limit, min_one_batch=first or version < 3)
-    except OffsetOutOfRangeError:
-        pd.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-        return pd, 0
-    except (StorageError, OSError) as e:   # a disk error: Kafka's KafkaStorageException
-        log.error("fetch from %s-%d failed: %s", topic, fp.partition, e)
-        pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-        return pd, 0
-    size = sum(s.length for s in slices)
-    if version < 3 and size > budget:
+    if version < 3 and r.size > budget:
         if budget < fp.partition_max_bytes:
             return pd, 0      # the response is full; the next fetch gets it
         pd.records = OVERSIZED_FIRST_BATCH
         return pd, len(OVERSIZED_FIRST_BATCH)
-    if slices:
-        pd.records = RecordSlices(slices)
-    return pd, size
+    pd.records = RecordSlices(r.slices)
+    return pd, r.size
 
 
-async def down_convert(broker, wanted, responses, magic: int) -> tuple[int, bool]:
+async def down_convert(ctx: RequestContext, wanted: Wanted, responses: list[m.FetchableTopicResponse],
+                       magic: int) -> tuple[int, bool]:
     """Replace the stored batches of every partition by their lazy conversion to `magic` messages
     (the first batch converted now, on the worker pool, to size them); (bytes answered, any error)."""
     total = 0
@@ -129,7 +117,7 @@ async def down_convert(broker, wanted, responses, magic: int) -> tuple[int, bool
             if isinstance(pd.records, RecordSlices):
                 try:
                     converted = await LegacyRecords.convert_first(pd.records.slices, magic, fp.fetch_offset,
-                                                                  broker.workers)
+                                                                  ctx.workers)
                 except (ProtocolError, StorageError, OSError) as e:
                     log.error("down-converting %s-%d failed: %s", topic_resp.topic, pd.partition_index, e)
                     pd.error_code = (ErrorCode.CORRUPT_MESSAGE if isinstance(e, ProtocolError)
@@ -141,26 +129,25 @@ async def down_convert(broker, wanted, responses, magic: int) -> tuple[int, bool
     return total, any_error
 
 
-async def handle_fetch(ctx, request: m.FetchRequest) -> m.FetchResponse:
-    broker = ctx.broker
+async def handle_fetch(ctx: RequestContext, request: m.FetchRequest) -> m.FetchResponse:
     v = ctx.api_version
     replica_id = _replica_id(request, v)
     isolation = request.isolation_level if v >= 4 else 0
-    max_bytes = min(request.max_bytes if v >= 3 else INT32_MAX, broker.config.get("fetch.max.bytes"))
+    max_bytes = min(request.max_bytes if v >= 3 else INT32_MAX, ctx.config.get("fetch.max.bytes"))
     min_bytes = min(max(request.min_bytes, 1), max_bytes)
-    sessions = broker.fetch_sessions
-    session, error = sessions.update(request, v, broker)
+    image = ctx.metadata.image
+    session, error = ctx.fetch_sessions.update(request, v, image)
     if error:
         return m.FetchResponse(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
-    wanted = session.wanted(request, v, broker) if session is not None else _wanted(request, v, broker)
-    loop_time = broker.clock
+    wanted = session.wanted(request, v, image) if session is not None else _wanted(request, v, image)
+    loop_time = ctx.clock
     deadline = loop_time() + max(request.max_wait_ms, 0)
 
-    async def read():
+    async def read() -> tuple[list[m.FetchableTopicResponse], int, bool]:
         responses, total, any_error = read_partitions(
-            broker, wanted, version=v, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id)
+            ctx, wanted, version=v, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id)
         if v < 4:
-            total, convert_error = await down_convert(broker, wanted, responses, 0 if v < 2 else 1)
+            total, convert_error = await down_convert(ctx, wanted, responses, 0 if v < 2 else 1)
             any_error = any_error or convert_error
         return responses, total, any_error
 
@@ -169,8 +156,8 @@ async def handle_fetch(ctx, request: m.FetchRequest) -> m.FetchResponse:
         if total >= min_bytes or any_error or not wanted:
             break
         wait_ms = deadline - loop_time()
-        keys = [(t, fp.partition) for t, _, parts in wanted for fp in parts]
-        if wait_ms <= 0 or not await broker.purgatory.wait_any(keys, wait_ms / 1000):
+        keys = [(t, fp.partition) for t, _, parts in wanted if t is not None for fp in parts]
+        if wait_ms <= 0 or not await ctx.replica_manager.wait_for_data(keys, wait_ms):
             responses, total, any_error = await read()
             break
     if session is not None:
@@ -179,18 +166,18 @@ async def handle_fetch(ctx, request: m.FetchRequest) -> m.FetchResponse:
                            session_id=session.id if session is not None else 0, responses=responses)
 
 
-def _wanted(request: m.FetchRequest, version: int, broker):
+def _wanted(request: m.FetchRequest, version: int, image: MetadataImage) -> Wanted:
     """[(topic name or None, topic id, [FetchPartition])]: each partition once, Kafka's way."""
     chosen: dict[tuple, tuple] = {}
     for t in request.topics:
         if version >= 13:
-            info = broker.topic_by_id(t.topic_id)
+            info = image.topic_by_id(t.topic_id)
             name, ident = (info.name if info else None), t.topic_id
         else:
             name, ident = t.topic, t.topic
         for fp in t.partitions:
             chosen[(ident, fp.partition)] = (name, t.topic_id, fp)   # an existing key keeps its place
-    out: list[tuple] = []
+    out: Wanted = []
     for name, topic_id, fp in chosen.values():
         if out and out[-1][0] == name and out[-1][1] == topic_id:
             out[-1][2].append(fp)

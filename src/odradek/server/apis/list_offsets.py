@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import logging
 
-from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import list_offsets as m
+from odradek.server.context import RequestContext, Workers
+from odradek.server.partition import Partition, PartitionLog
 from odradek.storage.errors import StorageError
 
 log = logging.getLogger("odradek.list_offsets")
@@ -32,7 +34,7 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 EARLIEST_PENDING_UPLOAD = -6
-READ_COMMITTED = 1
+DEBUGGING_REPLICA_ID = -2
 
 # The first version that may ask for each special timestamp (-1 and -2 from v0, which odradek serves).
 MIN_VERSION_OF = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
@@ -43,11 +45,11 @@ def timestamp_unsupported(timestamp: int, version: int) -> bool:
     return timestamp < 0 and (timestamp not in MIN_VERSION_OF or version < MIN_VERSION_OF[timestamp])
 
 
-async def lookup(broker, part, timestamp: int, isolation: int, replica_id: int) -> tuple[int, int, int]:
+async def lookup(workers: Workers, part: Partition, timestamp: int, isolation: int,
+                 replica_id: int) -> tuple[int, int, int]:
     """(timestamp, offset, leader_epoch) for one partition."""
     log_ = part.log
-    limit = part.log_end_offset if replica_id >= 0 else (
-        part.last_stable_offset if isolation == READ_COMMITTED else part.high_watermark)
+    limit = part.fetch_limit(replica_id, isolation)
     if timestamp == LATEST:
         return -1, limit, part.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
@@ -58,10 +60,10 @@ async def lookup(broker, part, timestamp: int, isolation: int, replica_id: int) 
     if timestamp == MAX_TIMESTAMP:
         scan = log_.max_timestamp_scan()
         if scan is not None:
-            found = await broker.workers.run(scan.run)
+            found = await workers.run(scan.run)
     else:
         for scan in log_.timestamp_scans(timestamp):
-            found = await broker.workers.run(scan.run)
+            found = await workers.run(scan.run)
             if found is not None:
                 break
     if found is None or found[1] >= limit:
@@ -70,7 +72,7 @@ async def lookup(broker, part, timestamp: int, isolation: int, replica_id: int) 
     return hit.timestamp, hit.offset, hit.leader_epoch if hit.leader_epoch is not None else -1
 
 
-def _epoch_at(log_, offset: int, default: int) -> int:
+def _epoch_at(log_: PartitionLog, offset: int, default: int) -> int:
     epoch = log_.leader_epoch_cache.epoch_for_offset(offset)
     return default if epoch is None else epoch
 
@@ -85,22 +87,20 @@ def _duplicates(request: m.ListOffsetsRequest) -> set[tuple[str, int]]:
     return twice
 
 
-async def _answer(ctx, name: str, p, isolation: int, replica_id: int) -> m.ListOffsetsPartitionResponse:
-    broker = ctx.broker
+async def _answer(ctx: RequestContext, name: str, p: m.ListOffsetsPartition, isolation: int,
+                  replica_id: int) -> m.ListOffsetsPartitionResponse:
     v = ctx.api_version
     index = p.partition_index
     if timestamp_unsupported(p.timestamp, v):
         return m.ListOffsetsPartitionResponse(partition_index=index, error_code=ErrorCode.UNSUPPORTED_VERSION)
-    part = broker.partition(name, index)
-    if part is None:
-        return m.ListOffsetsPartitionResponse(partition_index=index,
-                                              error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if v >= 4 and p.current_leader_epoch >= 0 and p.current_leader_epoch != part.leader_epoch:
-        code = (ErrorCode.FENCED_LEADER_EPOCH if p.current_leader_epoch < part.leader_epoch
-                else ErrorCode.UNKNOWN_LEADER_EPOCH)
-        return m.ListOffsetsPartitionResponse(partition_index=index, error_code=code)
     try:
-        ts, offset, epoch = await lookup(broker, part, p.timestamp, isolation, replica_id)
+        # Only the leader answers, but for Kafka's debugging replica id (-2).
+        part = ctx.replica_manager.leader_partition(name, index, p.current_leader_epoch if v >= 4 else -1,
+                                                    require_leader=replica_id != DEBUGGING_REPLICA_ID)
+    except KafkaApiError as e:
+        return m.ListOffsetsPartitionResponse(partition_index=index, error_code=e.code)
+    try:
+        ts, offset, epoch = await lookup(ctx.workers, part, p.timestamp, isolation, replica_id)
     except (StorageError, OSError) as e:   # a disk error: Kafka's KafkaStorageException
         log.error("ListOffsets on %s-%d failed: %s", name, index, e)
         return m.ListOffsetsPartitionResponse(partition_index=index, error_code=ErrorCode.KAFKA_STORAGE_ERROR)
@@ -111,7 +111,7 @@ async def _answer(ctx, name: str, p, isolation: int, replica_id: int) -> m.ListO
     return resp
 
 
-async def handle_list_offsets(ctx, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+async def handle_list_offsets(ctx: RequestContext, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
     v = ctx.api_version
     isolation = request.isolation_level if v >= 2 else 0
     twice = _duplicates(request)

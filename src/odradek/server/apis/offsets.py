@@ -10,7 +10,11 @@ null topic list asks for every offset the group has.
 
 from __future__ import annotations
 
+import uuid
+from typing import Any, Callable, TypeVar
+
 from odradek.coordinator import offsets as ops
+from odradek.coordinator.records import OffsetAndMetadata
 from odradek.coordinator.runtime import CoordinatorError
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.error_codes import ErrorCode
@@ -18,49 +22,53 @@ from odradek.protocol.messages import offset_commit as oc
 from odradek.protocol.messages import offset_delete as od
 from odradek.protocol.messages import offset_fetch as of
 from odradek.server.apis.groups import coordinator_of, run
+from odradek.server.context import RequestContext
+from odradek.server.metadata_cache import MetadataImage
+
+P = TypeVar("P", of.OffsetFetchResponsePartition, of.OffsetFetchResponsePartitions)
 
 NO_OFFSET = -1
 
 
-def _topic_error(broker, use_ids: bool):
+def _topic_error(image: MetadataImage, use_ids: bool) -> Callable[[str | None], ErrorCode]:
     def error(name: str | None) -> ErrorCode:
         if name is None:
             return ErrorCode.UNKNOWN_TOPIC_ID if use_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return ErrorCode.NONE if broker.topics.get(name) is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return ErrorCode.NONE if image.topic(name) is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return error
 
 
-def _name_of(broker, topic_id) -> str | None:
-    info = broker.topic_by_id(topic_id)
+def _name_of(image: MetadataImage, topic_id: uuid.UUID) -> str | None:
+    info = image.topic_by_id(topic_id)
     return info.name if info is not None else None
 
 
-def _id_of(broker, name: str):
-    info = broker.topics.get(name)
+def _id_of(image: MetadataImage, name: str) -> uuid.UUID:
+    info = image.topic(name)
     return info.topic_id if info is not None else ZERO_UUID
 
 
 # ------------------------------------------------------------------------------------ OffsetCommit
-def _missing_code(broker, name: str | None, index: int, use_ids: bool) -> ErrorCode:
+def _missing_code(image: MetadataImage, name: str | None, index: int, use_ids: bool) -> ErrorCode:
     """NONE when the partition exists, else the error Kafka answers for it before any group check."""
     if name is None:
         return ErrorCode.UNKNOWN_TOPIC_ID if use_ids else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    info = broker.topics.get(name)
+    info = image.topic(name)
     return ErrorCode.NONE if info is not None and index in info.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def handle_offset_commit(ctx, request: oc.OffsetCommitRequest) -> oc.OffsetCommitResponse:
+async def handle_offset_commit(ctx: RequestContext, request: oc.OffsetCommitRequest) -> oc.OffsetCommitResponse:
     """Partitions this cluster does not have are answered UNKNOWN_TOPIC_OR_PARTITION (UNKNOWN_TOPIC_ID for
     v10 ids) and never reach the coordinator, so nothing is stored for them, whatever the group says
     about the rest (Kafka's KafkaApis.handleOffsetCommitRequest)."""
-    broker = ctx.broker
+    image = ctx.metadata.image
     v = ctx.api_version
     if v >= 10:
         for t in request.topics:
-            t.name = _name_of(broker, t.topic_id)
+            t.name = _name_of(image, t.topic_id)
     asked = request.topics
     refused = {(i, j): code for i, t in enumerate(asked) for j, p in enumerate(t.partitions)
-               if (code := _missing_code(broker, t.name, p.partition_index, v >= 10))}
+               if (code := _missing_code(image, t.name, p.partition_index, v >= 10))}
     request.topics = [oc.OffsetCommitRequestTopic(name=t.name, topic_id=t.topic_id, partitions=kept)
                       for i, t in enumerate(asked)
                       if (kept := [p for j, p in enumerate(t.partitions) if (i, j) not in refused])]
@@ -68,7 +76,7 @@ async def handle_offset_commit(ctx, request: oc.OffsetCommitRequest) -> oc.Offse
     if request.topics:
         try:
             response = await run(ctx, request.group_id, ops.commit_offsets, request, v,
-                                 _topic_error(broker, v >= 10))
+                                 _topic_error(image, v >= 10))
             answered = [p.error_code for t in response.topics for p in t.partitions]
         except CoordinatorError as e:
             answered = [e.code for t in request.topics for _ in t.partitions]
@@ -81,14 +89,15 @@ async def handle_offset_commit(ctx, request: oc.OffsetCommitRequest) -> oc.Offse
 
 
 # ------------------------------------------------------------------------------------ OffsetFetch
-def _fetch(ctx, group_id: str, topics) -> tuple[ErrorCode, list]:
+def _fetch(ctx: RequestContext, group_id: str,
+           topics: list[tuple[str, list[int]]] | None) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, Any]]]]]:
     try:
         return ErrorCode.NONE, coordinator_of(ctx).query(group_id, ops.fetch_offsets, group_id, topics)
     except CoordinatorError as e:
         return e.code, []
 
 
-def _partition(cls, partition: int, o, code: ErrorCode = ErrorCode.NONE):
+def _partition(cls: type[P], partition: int, o: OffsetAndMetadata | None, code: ErrorCode = ErrorCode.NONE) -> P:
     if o is None:
         return cls(partition_index=partition, committed_offset=NO_OFFSET, committed_leader_epoch=-1,
                    metadata="", error_code=code)
@@ -96,7 +105,7 @@ def _partition(cls, partition: int, o, code: ErrorCode = ErrorCode.NONE):
                metadata=o.metadata, error_code=code)
 
 
-async def handle_offset_fetch(ctx, request: of.OffsetFetchRequest) -> of.OffsetFetchResponse:
+async def handle_offset_fetch(ctx: RequestContext, request: of.OffsetFetchRequest) -> of.OffsetFetchResponse:
     v = ctx.api_version
     if v < 8:
         topics = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
@@ -108,41 +117,47 @@ async def handle_offset_fetch(ctx, request: of.OffsetFetchRequest) -> of.OffsetF
             _partition(of.OffsetFetchResponsePartition, p, o, code if v < 2 else ErrorCode.NONE)
             for p, o in parts]) for name, parts in found]
         return of.OffsetFetchResponse(throttle_time_ms=0, topics=out, error_code=code)
-    groups = []
-    for g in request.groups:
-        if g.topics is None:
-            topics = None
-        elif v >= 10:
-            topics = [(_name_of(ctx.broker, t.topic_id), list(t.partition_indexes)) for t in g.topics]
-        else:
-            topics = [(t.name, list(t.partition_indexes)) for t in g.topics]
-        code, found = _fetch(ctx, g.group_id, [t for t in topics if t[0] is not None] if topics else topics)
-        out = []
-        for name, parts in found:
-            out.append(of.OffsetFetchResponseTopics(
-                name=name, topic_id=_id_of(ctx.broker, name) if v >= 10 else ZERO_UUID,
-                partitions=[_partition(of.OffsetFetchResponsePartitions, p, o) for p, o in parts]))
-        if v >= 10 and topics and not code:
-            for (name, parts), t in zip(topics, g.topics):
-                if name is None:
-                    out.append(of.OffsetFetchResponseTopics(topic_id=t.topic_id, partitions=[
-                        _partition(of.OffsetFetchResponsePartitions, p, None, ErrorCode.UNKNOWN_TOPIC_ID)
-                        for p in parts]))
-        groups.append(of.OffsetFetchResponseGroup(group_id=g.group_id, topics=out, error_code=code))
-    return of.OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    image = ctx.metadata.image
+    return of.OffsetFetchResponse(throttle_time_ms=0, groups=[_fetch_group(ctx, image, g) for g in request.groups])
+
+
+def _fetch_group(ctx: RequestContext, image: MetadataImage,
+                 g: of.OffsetFetchRequestGroup) -> of.OffsetFetchResponseGroup:
+    """One group of an OffsetFetch v8+."""
+    v = ctx.api_version
+    topics: list[tuple[str | None, list[int]]] | None
+    if g.topics is None:
+        topics = None
+    elif v >= 10:
+        topics = [(_name_of(image, t.topic_id), list(t.partition_indexes)) for t in g.topics]
+    else:
+        topics = [(t.name, list(t.partition_indexes)) for t in g.topics]
+    named = None if topics is None else [(n, ps) for n, ps in topics if n is not None]
+    code, found = _fetch(ctx, g.group_id, named)
+    out = [of.OffsetFetchResponseTopics(name=name, topic_id=_id_of(image, name) if v >= 10 else ZERO_UUID,
+                                        partitions=[_partition(of.OffsetFetchResponsePartitions, p, o)
+                                                    for p, o in parts])
+           for name, parts in found]
+    if v >= 10 and topics and not code:
+        for (name, indexes), t in zip(topics, g.topics):
+            if name is None:
+                out.append(of.OffsetFetchResponseTopics(topic_id=t.topic_id, partitions=[
+                    _partition(of.OffsetFetchResponsePartitions, p, None, ErrorCode.UNKNOWN_TOPIC_ID)
+                    for p in indexes]))
+    return of.OffsetFetchResponseGroup(group_id=g.group_id, topics=out, error_code=code)
 
 
 # ------------------------------------------------------------------------------------ OffsetDelete
-async def handle_offset_delete(ctx, request: od.OffsetDeleteRequest) -> od.OffsetDeleteResponse:
+async def handle_offset_delete(ctx: RequestContext, request: od.OffsetDeleteRequest) -> od.OffsetDeleteResponse:
     """As for OffsetCommit, partitions this cluster does not have are answered here, per partition."""
-    broker = ctx.broker
+    image = ctx.metadata.image
     refused = {(t.name, p.partition_index): code for t in request.topics for p in t.partitions
-               if (code := _missing_code(broker, t.name, p.partition_index, False))}
+               if (code := _missing_code(image, t.name, p.partition_index, False))}
     topics = [(t.name, kept) for t in request.topics
               if (kept := [p.partition_index for p in t.partitions if (t.name, p.partition_index) not in refused])]
     try:   # even with nothing left to delete: the group's own errors are answered (GROUP_ID_NOT_FOUND)
         code, results = await run(ctx, request.group_id, ops.delete_offsets, request.group_id, topics,
-                                  _topic_error(broker, False))
+                                  _topic_error(image, False))
     except CoordinatorError as e:
         code, results = e.code, []
     answered = {(name, p): c for name, parts in results for p, c in parts}
