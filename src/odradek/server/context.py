@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
-from odradek.cluster.topics import TopicInfo
-from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.headers import RequestHeader
 from odradek.server.config import BrokerConfig
+from odradek.server.controller_channel import ControllerChannel
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.replica_manager import ReplicaManager
@@ -54,19 +53,6 @@ class LogDirs(Protocol):
     def logs(self) -> Iterator[tuple[tuple[str, int], Any]]: ...
 
     def log_dir_of(self, topic: str, partition: int) -> Path | None: ...
-
-
-class ControllerChannel(Protocol):
-    """Changes only the controller makes: each is recorded in the metadata store, then published in
-    the metadata image. In embedded mode the broker is its own controller and serves this itself."""
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str]) -> tuple[TopicInfo | None, ErrorCode, str | None]: ...
-
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
-
-    def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
-                                   default: dict[str, str] | None = None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

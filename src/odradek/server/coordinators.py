@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from odradek.cluster.topics import TopicInfo
 from odradek.coordinator.records import OFFSETS_TOPIC, partition_for
@@ -31,10 +31,8 @@ from odradek.server.config import BrokerConfig
 from odradek.server.log_validator import LOG_APPEND_TIME, validate
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.partition import Partition, TopicPartition
+from odradek.server.controller_channel import ControllerChannel
 from odradek.server.replica_manager import ReplicaManager
-
-if TYPE_CHECKING:
-    from odradek.server.context import ControllerChannel
 
 log = logging.getLogger("odradek.groups")
 
