@@ -43,15 +43,15 @@ from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.network import Listener
 from odradek.server.partition import Partition
 from odradek.server.purgatory import Purgatory
+from odradek.server.slices import Slices, run_now, run_sliced
 from odradek.server.workers import WorkerPool
 from odradek.storage.checkpoints import fsync_dir
 from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.errors import StorageError
 from odradek.storage.manager import LogManager
 
 log = logging.getLogger("odradek.broker")
 
-# Partitions whose logs are created, opened or removed between two yields to the event loop.
-PARTITIONS_PER_SLICE = 32
 
 
 def wall_clock_ms() -> int:
@@ -102,7 +102,7 @@ class Broker:
             self._finish_deletions_at_start(pending_deletions, now)
         self._remove_stray_logs(now)
         for name in self.topics.names():
-            _run_now(self._open_partitions(self.topics.get(name), now))
+            run_now(self._open_partitions(self.topics.get(name), now))
         await start_group_coordinator(self)
         for ep in self.config.listeners:
             listener = Listener(
@@ -220,12 +220,13 @@ class Broker:
         """Make planned topics real: logs, one store write, partitions, then the image. Raises
         KafkaApiError(KAFKA_STORAGE_ERROR) for all of them if a write fails; nothing is left then."""
         created: list[tuple[str, int]] = []
+        slices = Slices()
         try:
             try:
                 for info in infos:
-                    await _run_sliced(self._create_logs(info, created))
-            except OSError as e:
-                raise _storage_error(f"Cannot create a log of {_names(infos)}: {e.strerror or e}") from e
+                    await run_sliced(self._create_logs(info, created), slices)
+            except (OSError, StorageError) as e:
+                raise _storage_error(f"Cannot create a log of {_names(infos)}: {_reason(e)}") from e
             try:
                 await self.workers.run(self._commit_creations, infos)
             except StoreError as e:
@@ -236,7 +237,7 @@ class Broker:
             raise
         now = self.clock()
         for info in infos:
-            await _run_sliced(self._open_partitions(info, now))
+            await run_sliced(self._open_partitions(info, now), slices)
             self._topic_configs.pop(info.name, None)
             self.controller.publish(info)
             log.info("created topic %s with %d partition(s)", info.name, len(info.partitions))
@@ -258,13 +259,13 @@ class Broker:
             return None, e.code, e.detail
         created: list[tuple[str, int]] = []
         try:
-            _run_now(self._create_logs(info, created))
+            run_now(self._create_logs(info, created))
             self._commit_creations([info])
-        except (OSError, StoreError) as e:
+        except (OSError, StorageError, StoreError) as e:
             self._discard_logs(created)
             self.controller.release([name])
             return None, ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot create topic {name}: {e}"
-        _run_now(self._open_partitions(info, self.clock()))
+        run_now(self._open_partitions(info, self.clock()))
         self._topic_configs.pop(name, None)
         self.controller.publish(info)
         log.info("created topic %s with %d partition(s)", name, len(info.partitions))
@@ -274,18 +275,18 @@ class Broker:
         """(current, planned) per topic: new logs, one store write, then partitions and the image.
         Raises KafkaApiError(KAFKA_STORAGE_ERROR) if a write fails; nothing is left then."""
         created: list[tuple[str, int]] = []
+        slices = Slices()
         try:
             for _, new in plans:
-                await _run_sliced(self._create_logs(new, created))
+                await run_sliced(self._create_logs(new, created), slices)
             await self.workers.run(self._commit_partitions, plans)
-        except (OSError, StoreError) as e:
+        except (OSError, StorageError, StoreError) as e:
             self._discard_logs(created)
-            raise _storage_error(f"Cannot add partitions to {_names(n for _, n in plans)}: "
-                                 f"{getattr(e, 'strerror', None) or e}") from e
+            raise _storage_error(f"Cannot add partitions to {_names(n for _, n in plans)}: {_reason(e)}") from e
         now = self.clock()
         for _, new in plans:
             info = self.controller.publish_partitions(new)
-            await _run_sliced(self._open_partitions(info, now))
+            await run_sliced(self._open_partitions(info, now), slices)
             log.info("topic %s now has %d partition(s)", info.name, len(info.partitions))
 
     def _commit_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
@@ -316,10 +317,10 @@ class Broker:
     async def _finish_deletions(self, names: list[str]) -> None:
         try:
             dirs: set = set()
-            await _run_sliced(self._delete_logs(set(names), dirs))
+            await run_sliced(self._delete_logs(set(names), dirs))
             await self.workers.run(_fsync_dirs, dirs)
             await self.workers.run(self.controller.complete_deletions, names)
-        except (OSError, StoreError) as e:
+        except (OSError, StorageError, StoreError) as e:
             log.warning("the deletion of %s is not finished (tried again before the next topic change "
                         "and at start): %s", _names(names), e)
             return
@@ -330,10 +331,10 @@ class Broker:
     def _finish_deletions_at_start(self, names: list[str], now_ms: int) -> None:
         try:
             dirs: set = set()
-            _run_now(self._delete_logs(set(names), dirs, now_ms))
+            run_now(self._delete_logs(set(names), dirs, now_ms))
             _fsync_dirs(dirs)
             self.controller.complete_deletions(names)
-        except (OSError, StoreError) as e:
+        except (OSError, StorageError, StoreError) as e:
             log.warning("the deletion of %s is not finished: %s", _names(names), e)
             return
         self.controller.finish_deletions(names)
@@ -362,20 +363,19 @@ class Broker:
                 log.warning("log %s-%d belongs to no topic; it is left as it is", topic, p)
         _fsync_dirs(dirs)
 
-    # ---- steps run in slices (`_run_sliced`) or at once (`_run_now`): each yields between slices
+    # ---- steps run in slices (`run_sliced`) or at once (`run_now`): each yields after every partition
     def _create_logs(self, info: TopicInfo, created: list[tuple[str, int]]) -> Iterator[None]:
         config = _log_config(TopicConfig.resolve(info.configs, self.config))
         now = self.clock()
-        for i, (p, st) in enumerate(info.partitions.items()):
+        for p, st in info.partitions.items():
             if self.broker_id in st.replicas and self.logs.get_log(info.name, p) is None:
                 self.logs.get_or_create_log(info.name, p, now, config)
                 created.append((info.name, p))
-            if i % PARTITIONS_PER_SLICE == PARTITIONS_PER_SLICE - 1:
-                yield
+            yield
 
     def _open_partitions(self, info: TopicInfo, now_ms: int) -> Iterator[None]:
         config = None
-        for i, (p, st) in enumerate(info.partitions.items()):
+        for p, st in info.partitions.items():
             if self.broker_id in st.replicas and (info.name, p) not in self.partitions:
                 log_ = self.logs.get_log(info.name, p)
                 if log_ is None:
@@ -386,18 +386,16 @@ class Broker:
                     info.name, p, log_, leader_epoch=st.leader_epoch, replicas=list(st.replicas),
                     isr=list(st.isr), broker_id=self.broker_id,
                     producer_id_expiration_ms=self.config.get("producer.id.expiration.ms"))
-            if i % PARTITIONS_PER_SLICE == PARTITIONS_PER_SLICE - 1:
-                yield
+            yield
 
     def _delete_logs(self, names: set[str], dirs: set, now_ms: int | None = None) -> Iterator[None]:
         """Every log of these topics (not only the partitions the store lists: a crash may have
         left more); the log dirs to fsync go into `dirs`."""
         doomed = [tp for tp, _ in self.logs.logs() if tp[0] in names]
-        for i, (topic, p) in enumerate(doomed):
+        for topic, p in doomed:
             dirs.add(self.logs.log_dir_of(topic, p))
             self.logs.delete_log(topic, p, self.clock() if now_ms is None else now_ms, sync=False)
-            if i % PARTITIONS_PER_SLICE == PARTITIONS_PER_SLICE - 1:
-                yield
+            yield
 
     def _discard_logs(self, created: list[tuple[str, int]]) -> None:
         """Undo the logs of a creation that failed (they are empty and were never served)."""
@@ -405,7 +403,7 @@ class Broker:
         for topic, p in created:
             try:
                 self.logs.delete_log(topic, p, now)
-            except OSError as e:   # an empty stray: removed at the next start
+            except (OSError, StorageError) as e:   # an empty stray: removed at the next start
                 log.warning("could not remove the log %s-%d of a failed creation: %s", topic, p, e)
 
     # ----------------------------------------------------------------------------- producer ids
@@ -486,6 +484,10 @@ def _storage_error(message: str) -> KafkaApiError:
     return KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, message)
 
 
+def _reason(e: Exception) -> str:
+    return getattr(e, "strerror", None) or str(e)
+
+
 def _names(items: Iterable) -> str:
     names = [getattr(i, "name", i) for i in items]
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
@@ -497,12 +499,4 @@ def _fsync_dirs(dirs: Iterable) -> None:
             fsync_dir(d)
 
 
-async def _run_sliced(steps: Iterator[None]) -> None:
-    """Run a step generator, letting the event loop serve others between its slices."""
-    for _ in steps:
-        await asyncio.sleep(0)
 
-
-def _run_now(steps: Iterator[None]) -> None:
-    for _ in steps:
-        pass

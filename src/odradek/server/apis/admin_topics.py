@@ -44,6 +44,7 @@ from odradek.protocol.messages import delete_topics as dt
 from odradek.protocol.messages import describe_topic_partitions as dtp
 from odradek.server.apis.admin_cluster import TOPIC_OPERATIONS, authorized_operations
 from odradek.server.config import ConfigError, TopicConfig
+from odradek.server.slices import Slices
 
 log = logging.getLogger("odradek.admin")
 
@@ -117,8 +118,10 @@ async def handle_create_topics(ctx, request: ct.CreateTopicsRequest) -> ct.Creat
         async with broker.controller_lock:
             await broker.retry_pending_deletions()
             planned = []
+            slices = Slices()
             try:
                 for topic in candidates:
+                    await slices.pause()
                     try:
                         planned.append(_plan_one(broker, topic))
                     except KafkaApiError as e:

@@ -26,6 +26,7 @@ from odradek.protocol.messages import metadata as m
 from odradek.server.apis.admin_cluster import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
 from odradek.server.apis.groups import elect_led_partitions
 from odradek.server.config import ConfigError, TopicConfig
+from odradek.server.slices import Slices
 
 
 def partition_metadata(info, broker) -> list[m.MetadataResponsePartition]:
@@ -124,8 +125,10 @@ async def auto_create_topics(broker, names: list[str]) -> dict[str, tuple[TopicI
         await broker.retry_pending_deletions()
         budget = MAX_PARTITIONS_PER_REQUEST
         planned: list[TopicInfo] = []
+        slices = Slices()
         try:
             for name in names:
+                await slices.pause()
                 existing = broker.topics.get(name)
                 if existing is not None:     # created while this request waited for the controller
                     out[name] = (existing, ErrorCode.NONE)
