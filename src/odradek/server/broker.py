@@ -95,11 +95,11 @@ class Broker:
         pending_deletions = self.controller.start()
         self.cluster_id = self._cluster_id()
         self._load_dynamic_broker_configs()
+        if pending_deletions:
+            self._finish_deletions_at_start(pending_deletions)
         self.logs = LogManager.open(self._log_manager_config(), now_ms=now,
                                     config_for_topic=self.log_config_for)
         self.logs.ensure_meta_properties(self.broker_id, self.cluster_id)
-        if pending_deletions:
-            self._finish_deletions_at_start(pending_deletions, now)
         self._remove_stray_logs(now)
         for name in self.topics.names():
             run_now(self._open_partitions(self.topics.get(name), now))
@@ -328,11 +328,11 @@ class Broker:
         for name in names:
             log.info("deleted topic %s", name)
 
-    def _finish_deletions_at_start(self, names: list[str], now_ms: int) -> None:
+    def _finish_deletions_at_start(self, names: list[str]) -> None:
+        """Deletions a crash interrupted, finished before any log is loaded: the topics' partition
+        dirs are renamed away (the log manager then removes them unread), then their nodes go."""
         try:
-            dirs: set = set()
-            run_now(self._delete_logs(set(names), dirs, now_ms))
-            _fsync_dirs(dirs)
+            LogManager.delete_topic_dirs(self.config.log_dirs, set(names))
             self.controller.complete_deletions(names)
         except (OSError, StorageError, StoreError) as e:
             log.warning("the deletion of %s is not finished: %s", _names(names), e)
@@ -388,13 +388,13 @@ class Broker:
                     producer_id_expiration_ms=self.config.get("producer.id.expiration.ms"))
             yield
 
-    def _delete_logs(self, names: set[str], dirs: set, now_ms: int | None = None) -> Iterator[None]:
+    def _delete_logs(self, names: set[str], dirs: set) -> Iterator[None]:
         """Every log of these topics (not only the partitions the store lists: a crash may have
         left more); the log dirs to fsync go into `dirs`."""
         doomed = [tp for tp, _ in self.logs.logs() if tp[0] in names]
         for topic, p in doomed:
             dirs.add(self.logs.log_dir_of(topic, p))
-            self.logs.delete_log(topic, p, self.clock() if now_ms is None else now_ms, sync=False)
+            self.logs.delete_log(topic, p, self.clock(), sync=False)
             yield
 
     def _discard_logs(self, created: list[tuple[str, int]]) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from odradek.storage import retention
@@ -182,6 +182,31 @@ class LogManager:
         if log.config.file_delete_delay_ms == 0:
             self._remove_deleted_dirs(now_ms)
         return True
+
+    @staticmethod
+    def delete_topic_dirs(log_dirs: Iterable[str | Path], topics: set[str]) -> int:
+        """Before `open`: rename every partition directory of these topics to a `-delete` name and
+        fsync each log dir, so `open` never loads (or recovers) them and removes them instead.
+        Returns how many were renamed."""
+        renamed = 0
+        for log_dir in map(Path, log_dirs):
+            if not log_dir.is_dir():
+                continue
+            touched = False
+            for entry in log_dir.iterdir():
+                if not entry.is_dir() or entry.name.endswith(DELETE_DIR_SUFFIX):
+                    continue
+                try:
+                    topic, partition = parse_partition_dir_name(entry.name)
+                except InvalidTopicError:
+                    continue
+                if topic in topics:
+                    entry.rename(log_dir / delete_dir_name(topic, partition))
+                    touched = True
+                    renamed += 1
+            if touched:
+                fsync_dir(log_dir)
+        return renamed
 
     def _remove_deleted_dirs(self, now_ms: int) -> None:
         keep = []

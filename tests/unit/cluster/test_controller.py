@@ -254,3 +254,16 @@ def test_persistent_paths_are_created_once(tmp_path):
     seq = store.journal.seq
     started(store)
     assert store.journal.seq == seq, "a second start writes nothing"
+
+
+def test_a_partition_state_change_is_written_then_imaged():
+    from odradek.cluster.topics import PartitionState
+    store = EmbeddedStore()
+    c = started(store)
+    create(c, "t", 2, 2)
+    state = PartitionState(leader=1, leader_epoch=1, isr=[1], replicas=[0, 1])
+    c.set_partition_state("t", 0, state)
+    assert c.image.get("t").partitions[0] == state
+    assert store.get("/brokers/topics/t/partitions/0/state") == \
+        ({"controller_epoch": 1, "leader": 1, "version": 1, "leader_epoch": 1, "isr": [1]}, 1)
+    assert started(store).image.get("t").partitions[0] == state
