@@ -310,6 +310,30 @@ def topic_errors(frame: bytes, internal: dict | None = None) -> dict[str, int]:
     return out
 
 
+def create_topics_v2_body(topic: str, partitions: int) -> bytes:
+    raw = topic.encode()
+    return (struct.pack(">ih", 1, len(raw)) + raw + struct.pack(">ihii", partitions, 1, 0, 0)
+            + struct.pack(">i?", 30000, False))
+
+
+def test_a_change_whose_client_goes_away_is_finished(broker_factory):
+    """A client that closes its connection cancels its request; the change it asked for still ends
+    recorded and served, or not at all, never recorded and unserved."""
+    b = broker_factory()
+    for i in range(3):
+        topic = f"orphan-{i}"
+        sock = connect(b.host, b.port, timeout=30)
+        sock.sendall(request_frame(19, 2, 1, create_topics_v2_body(topic, 100)))
+        sock.close()
+        wait_until(lambda: topic in topics_now(b), 30, f"{topic} to be served")
+        assert_complete(b, topic, 100, topic)
+        sock = connect(b.host, b.port, timeout=30)    # the name is taken, and says so
+        sock.sendall(request_frame(19, 2, 2, create_topics_v2_body(topic, 1)))
+        frame = recv_frame(sock, 30)
+        sock.close()
+        assert frame is not None and struct.unpack_from(">h", frame, 4 + 4 + 4 + 2 + len(topic))[0] == 36
+
+
 def test_init_producer_id_pipelined_ids_are_unique_increasing_and_never_reused(broker_factory):
     b = broker_factory()
     sock = connect(b.host, b.port, timeout=60)

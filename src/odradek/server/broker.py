@@ -26,7 +26,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import Callable
+from typing import Awaitable, Callable, TypeVar
 
 from odradek.cluster.controller import Controller
 from odradek.cluster.store import Create, EmbeddedStore, Op, SetData, StoreError
@@ -51,6 +51,7 @@ from odradek.storage.errors import StorageError
 from odradek.storage.manager import LogManager
 
 log = logging.getLogger("odradek.broker")
+T = TypeVar("T")
 
 
 
@@ -77,6 +78,7 @@ class Broker:
         self.controller: Controller | None = None
         # One controller change at a time (Kafka's controller is one event queue); readers never wait.
         self.controller_lock = asyncio.Lock()
+        self._controller_tasks: set[asyncio.Task] = set()
         self._producer_id_lock = asyncio.Lock()
         self.cluster_id: str | None = None
         self._topic_configs: dict[str, TopicConfig] = {}
@@ -144,6 +146,8 @@ class Broker:
     async def aclose(self) -> None:
         for listener, _ in self.listeners:
             await listener.aclose()
+        if self._controller_tasks:     # changes under way finish before the logs close
+            await asyncio.gather(*self._controller_tasks, return_exceptions=True)
         if self._periodic is not None:
             self._periodic.cancel()
             try:
@@ -215,6 +219,16 @@ class Broker:
         return self.config.get("num.partitions"), self.config.get("default.replication.factor")
 
     # ----------------------------------------------------------------------------- topic changes
+    async def controller_call(self, change: Callable[..., Awaitable[T]], *args: object) -> T:
+        """Run a controller change (`change(*args)`, which takes `controller_lock`) as a task of the
+        broker, to its end even if the request that asked for it goes away: a client that closes its
+        connection cancels its request, and a change cut short between its store write and the image
+        would leave a topic recorded but never served. The request waits for it, shielded."""
+        task = asyncio.get_running_loop().create_task(change(*args))
+        self._controller_tasks.add(task)
+        task.add_done_callback(self._controller_tasks.discard)
+        return await asyncio.shield(task)
+
     # The handlers plan with the controller while holding `controller_lock` and call these to apply.
     async def create_topics(self, infos: list[TopicInfo]) -> None:
         """Make planned topics real: logs, one store write, partitions, then the image. Raises

@@ -89,6 +89,32 @@ def _error(name: str, e: KafkaApiError) -> ct.CreatableTopicResult:
     return ct.CreatableTopicResult(name=name, error_code=e.code, error_message=e.detail)
 
 
+async def _create(broker, candidates: list[ct.CreatableTopic], results: dict, validate_only: bool,
+                  version: int) -> None:
+    """Plan every candidate, then create the planned ones together; fills `results`."""
+    async with broker.controller_lock:
+        await broker.retry_pending_deletions()
+        planned = []
+        slices = Slices()
+        try:
+            for topic in candidates:
+                await slices.pause()
+                try:
+                    planned.append(_plan_one(broker, topic))
+                except KafkaApiError as e:
+                    results[topic.name] = _error(topic.name, e)
+            if planned and not validate_only:
+                await broker.create_topics([info for info, _ in planned])
+        except KafkaApiError as e:
+            for info, _ in planned:
+                results[info.name] = _error(info.name, e)
+            planned = []
+        finally:
+            broker.controller.release(info.name for info, _ in planned)
+        for info, effective in planned:
+            results[info.name] = _created(info, effective, validate_only, version)
+
+
 async def handle_create_topics(ctx, request: ct.CreateTopicsRequest) -> ct.CreateTopicsResponse:
     broker = ctx.broker
     v = ctx.api_version
@@ -115,27 +141,7 @@ async def handle_create_topics(ctx, request: ct.CreateTopicsRequest) -> ct.Creat
             results[topic.name] = _error(topic.name, KafkaApiError(ErrorCode.POLICY_VIOLATION, EXCESSIVE_PARTITIONS))
         candidates = []
     if candidates:
-        async with broker.controller_lock:
-            await broker.retry_pending_deletions()
-            planned = []
-            slices = Slices()
-            try:
-                for topic in candidates:
-                    await slices.pause()
-                    try:
-                        planned.append(_plan_one(broker, topic))
-                    except KafkaApiError as e:
-                        results[topic.name] = _error(topic.name, e)
-                if planned and not validate_only:
-                    await broker.create_topics([info for info, _ in planned])
-            except KafkaApiError as e:
-                for info, _ in planned:
-                    results[info.name] = _error(info.name, e)
-                planned = []
-            finally:
-                broker.controller.release(info.name for info, _ in planned)
-            for info, effective in planned:
-                results[info.name] = _created(info, effective, validate_only, v)
+        await broker.controller_call(_create, broker, candidates, results, validate_only, v)
     return ct.CreateTopicsResponse(throttle_time_ms=0, topics=list(results.values()))
 
 
@@ -195,6 +201,19 @@ def _deleted(info: TopicInfo, error: KafkaApiError | None) -> dt.DeletableTopicR
                                    error_message=error.detail)
 
 
+async def _delete(broker, entries: list) -> tuple[list, KafkaApiError | None]:
+    async with broker.controller_lock:
+        await broker.retry_pending_deletions()
+        plan = _deletion_plan(broker, entries)
+        doomed = [item for item in plan if isinstance(item, TopicInfo)]
+        if doomed:
+            try:
+                await broker.delete_topics(doomed)
+            except KafkaApiError as e:
+                return plan, e
+        return plan, None
+
+
 async def handle_delete_topics(ctx, request: dt.DeleteTopicsRequest) -> dt.DeleteTopicsResponse:
     broker = ctx.broker
     v = ctx.api_version
@@ -212,16 +231,7 @@ async def handle_delete_topics(ctx, request: dt.DeleteTopicsRequest) -> dt.Delet
         return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=[
             dt.DeletableTopicResult(name=n, topic_id=i, error_code=ErrorCode.POLICY_VIOLATION,
                                     error_message=EXCESSIVE_BATCH) for n, i in entries])
-    async with broker.controller_lock:
-        await broker.retry_pending_deletions()
-        plan = _deletion_plan(broker, entries)
-        doomed = [item for item in plan if isinstance(item, TopicInfo)]
-        error = None
-        if doomed:
-            try:
-                await broker.delete_topics(doomed)
-            except KafkaApiError as e:
-                error = e
+    plan, error = await broker.controller_call(_delete, broker, entries)
     results = [_deleted(item, error) if isinstance(item, TopicInfo) else item for item in plan]
     return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
@@ -233,15 +243,14 @@ def _cp_error(name: str, e: KafkaApiError) -> cp.CreatePartitionsTopicResult:
     return cp.CreatePartitionsTopicResult(name=name, error_code=e.code, error_message=message)
 
 
-async def handle_create_partitions(ctx, request: cp.CreatePartitionsRequest) -> cp.CreatePartitionsResponse:
-    broker = ctx.broker
-    counts = Counter(t.name for t in request.topics)
+async def _add_partitions(broker, topics: list[cp.CreatePartitionsTopic], validate_only: bool) -> dict:
+    counts = Counter(t.name for t in topics)
     results: dict[str, cp.CreatePartitionsTopicResult] = {}
     async with broker.controller_lock:
         await broker.retry_pending_deletions()
         plans: list[tuple[TopicInfo, TopicInfo]] = []
         budget = MAX_PARTITIONS_PER_REQUEST
-        for topic in request.topics:
+        for topic in topics:
             if topic.name in results:
                 continue
             try:
@@ -259,12 +268,17 @@ async def handle_create_partitions(ctx, request: cp.CreatePartitionsRequest) -> 
                                                                      error_message=None)
             except KafkaApiError as e:
                 results[topic.name] = _cp_error(topic.name, e)
-        if plans and not request.validate_only:
+        if plans and not validate_only:
             try:
                 await broker.add_partitions(plans)
             except KafkaApiError as e:
                 for old, _ in plans:
                     results[old.name] = _cp_error(old.name, e)
+    return results
+
+
+async def handle_create_partitions(ctx, request: cp.CreatePartitionsRequest) -> cp.CreatePartitionsResponse:
+    results = await ctx.broker.controller_call(_add_partitions, ctx.broker, request.topics, request.validate_only)
     return cp.CreatePartitionsResponse(throttle_time_ms=0, results=list(results.values()))
 
 

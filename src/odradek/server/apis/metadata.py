@@ -91,7 +91,8 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
                 continue
         out.append(topic_metadata(info, broker, topic_ops))
     if to_create:
-        for name, (info, error) in (await auto_create_topics(broker, list(to_create))).items():
+        created = await broker.controller_call(auto_create_topics, broker, list(to_create))
+        for name, (info, error) in created.items():
             out[to_create[name]] = topic_metadata(info, broker, topic_ops) if info is not None else \
                 m.MetadataResponseTopic(error_code=error, name=name, is_internal=name in INTERNAL_TOPICS)
     return m.MetadataResponse(
