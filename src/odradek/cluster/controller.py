@@ -108,7 +108,8 @@ def manual_assignment(live: set[int], assignments: list[tuple[int, list[int]]]) 
     replication_factor = None
     for index, replicas in assignments:
         if index in out:
-            _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Found multiple manual partition assignments for partition {index}")
+            _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                  f"Found multiple manual partition assignments for partition {index}")
         check_manual_assignment(live, replicas, replication_factor)
         replication_factor = len(replicas)
         out[index] = list(replicas)

@@ -68,7 +68,8 @@ def test_name_checks():
     c = started()
     create(c, "orders.eu")
     assert error_of(c.check_new_name, "bad name")[0] == ErrorCode.INVALID_TOPIC_EXCEPTION
-    assert error_of(c.check_new_name, "orders.eu") == (ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'orders.eu' already exists.")
+    assert error_of(c.check_new_name, "orders.eu") == \
+        (ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'orders.eu' already exists.")
     assert error_of(c.check_new_name, "orders_eu") == \
         (ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic 'orders_eu' collides with existing topic: orders.eu")
     c.plan_topic("pending", 1, 1, None, {}, LIVE, DEFAULTS)    # planned, not yet published: reserved

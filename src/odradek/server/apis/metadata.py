@@ -67,7 +67,7 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
     if 8 <= v <= 10 and request.include_cluster_authorized_operations:
         cluster_ops = authorized_operations(ctx, CLUSTER_OPERATIONS)
     out: list = []
-    to_create: dict[str, int] = {}     # name -> its place in `out`
+    to_create: dict[str, list[int]] = {}     # name -> its places in `out`
     may_create = allow_create and broker.config.get("auto.create.topics.enable")
     for name, topic_id in wanted:
         if name is None:
@@ -84,8 +84,8 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
                 continue
             info = topics.get(name)
             if info is None:
-                if may_create and name not in to_create:
-                    to_create[name] = len(out)
+                if may_create:
+                    to_create.setdefault(name, []).append(len(out))
                 out.append(m.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
                                                    is_internal=name in INTERNAL_TOPICS))
                 continue
@@ -93,8 +93,9 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
     if to_create:
         created = await broker.controller_call(auto_create_topics, broker, list(to_create))
         for name, (info, error) in created.items():
-            out[to_create[name]] = topic_metadata(info, broker, topic_ops) if info is not None else \
-                m.MetadataResponseTopic(error_code=error, name=name, is_internal=name in INTERNAL_TOPICS)
+            for place in to_create[name]:
+                out[place] = topic_metadata(info, broker, topic_ops) if info is not None else \
+                    m.MetadataResponseTopic(error_code=error, name=name, is_internal=name in INTERNAL_TOPICS)
     return m.MetadataResponse(
         throttle_time_ms=0, brokers=broker.broker_metadata(ctx.connection), cluster_id=broker.cluster_id,
         controller_id=broker.controller_id, topics=out, cluster_authorized_operations=cluster_ops)
