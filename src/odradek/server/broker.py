@@ -245,7 +245,7 @@ class Broker:
                 await self.workers.run(self._commit_creations, infos)
             except StoreError as e:
                 raise _storage_error(f"Cannot record {_names(infos)}: {e}") from e
-        except KafkaApiError:
+        except BaseException:
             self._discard_logs(created)
             self.controller.release(i.name for i in infos)
             raise
@@ -291,16 +291,23 @@ class Broker:
         created: list[tuple[str, int]] = []
         slices = Slices()
         try:
-            for _, new in plans:
-                await run_sliced(self._create_logs(new, created), slices)
-            await self.workers.run(self._commit_partitions, plans)
-        except (OSError, StorageError, StoreError) as e:
+            try:
+                for _, new in plans:
+                    await run_sliced(self._create_logs(new, created), slices)
+                await self.workers.run(self._commit_partitions, plans)
+            except (OSError, StorageError, StoreError) as e:
+                raise _storage_error(f"Cannot add partitions to {_names(n for _, n in plans)}: "
+                                     f"{_reason(e)}") from e
+        except BaseException:
             self._discard_logs(created)
-            raise _storage_error(f"Cannot add partitions to {_names(n for _, n in plans)}: {_reason(e)}") from e
+            raise
         now = self.clock()
         for _, new in plans:
+            await run_sliced(self._open_partitions(new, now), slices)
             info = self.controller.publish_partitions(new)
-            await run_sliced(self._open_partitions(info, now), slices)
+            if info.configs != new.configs:     # changed while the logs were being created
+                self._topic_configs.pop(info.name, None)
+                self._reconfigure_logs(info.name)
             log.info("topic %s now has %d partition(s)", info.name, len(info.partitions))
 
     def _commit_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
