@@ -110,7 +110,6 @@ def test_kill_during_create_and_delete_leaves_topics_absent_or_complete(broker_f
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     b = broker_factory()
-    b.allow_tracebacks = False
     create_s = timed(create, b, "calibrate", PARTITIONS)
     delete_s = timed(delete, b, "calibrate")
     wait_until(lambda: "calibrate" not in topics_now(b), 20, "the calibration topic to go")
