@@ -1,25 +1,43 @@
 """The metadata store port and its embedded adapter (DESIGN, "Metadata and the cluster").
 
 The cluster state is a small hierarchical store of JSON nodes with versions, laid out as Kafka kept it
-on ZooKeeper:
+on ZooKeeper (paths and node formats: `cluster/topics.py`, `cluster/controller.py`):
 
     /cluster/id                                   {"version": "1", "id": "<cluster id>"}
-    /brokers/ids/<id>                             {"host", "port", "rack", "endpoints"}   (ephemeral)
-    /brokers/topics/<topic>                       {"version": 3, "topic_id", "partitions": {"0": [1, 2]}}
-    /brokers/topics/<topic>/partitions/<p>/state  {"leader", "leader_epoch", "isr", "controller_epoch"}
+    /brokers/ids/<id>                             (ephemeral)
+    /brokers/topics/<topic>                       {"version": 3, "topic_id", "partitions": {"0": [1, 2]}, ...}
+    /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch", "leader", "version", "leader_epoch", "isr"}
     /config/topics/<topic>                        {"version": 1, "config": {...}}
     /config/brokers/<id> and /config/brokers/<default>
-    /controller, /controller_epoch
+    /admin/delete_topics/<topic>                  a deletion under way
+    /latest_producer_id_block                     {"version": 1, "broker", "block_start", "block_end"}
 
-Two adapters implement the port: `EmbeddedStore` here (one process; persisted to a file in the first
-log dir so a restart finds its topics) and the ZooKeeper adapter (kazoo), which the cluster work adds.
+The port is ZooKeeper's: a node is created under an existing parent, deleted only without children,
+and `multi(ops)` applies a list of create / set (with a version check) / delete / check-version
+operations all or nothing (ZooKeeper's multi; kazoo's transaction). A failed check raises
+NoNodeError, NodeExistsError, NotEmptyError or BadVersionError and changes nothing; a failed write
+raises StoreError and changes nothing either. Two adapters implement it: `EmbeddedStore` here (one
+process, persisted through `cluster/journal.py`) and the ZooKeeper adapter (kazoo), which the cluster
+work adds.
+
+Threads: one writer at a time (a lock); reads take no lock and may run on any thread. Every read is a
+single dict or set operation, so a reader never sees a half-written node, though it may see some
+nodes of a multi that another thread is applying (the controller serves readers from its own image,
+so only it reads the store).
 """
 
 from __future__ import annotations
 
-import json
-import os
-from typing import Callable, Protocol
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, Union
+
+if TYPE_CHECKING:
+    from odradek.cluster.journal import FileJournal
+
+
+class StoreError(Exception):
+    """A change that could not be made durable (ENOSPC, EIO, ...): nothing changed, in memory or on disk."""
 
 
 class NoNodeError(KeyError):
@@ -30,8 +48,41 @@ class NodeExistsError(KeyError):
     pass
 
 
+class NotEmptyError(ValueError):
+    pass
+
+
 class BadVersionError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class Create:
+    path: str
+    value: dict
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class SetData:
+    path: str
+    value: dict
+    version: int = -1          # -1: any version
+
+
+@dataclass(frozen=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class CheckVersion:
+    path: str
+    version: int
+
+
+Op = Union[Create, SetData, Delete, CheckVersion]
 
 
 class MetadataStore(Protocol):
@@ -40,82 +91,172 @@ class MetadataStore(Protocol):
     def children(self, path: str) -> list[str]: ...
     def create(self, path: str, value: dict, ephemeral: bool = False) -> None: ...
     def set(self, path: str, value: dict, version: int = -1) -> int: ...
-    def delete(self, path: str, recursive: bool = False) -> None: ...
+    def delete(self, path: str, version: int = -1, recursive: bool = False) -> None: ...
+    def multi(self, ops: Sequence[Op]) -> list[int | None]: ...
     def watch(self, prefix: str, callback: Callable[[str], None]) -> None: ...
 
 
+def parent_of(path: str) -> str:
+    head, _, _ = path.rpartition("/")
+    return head or "/"
+
+
+_GONE = object()   # a node deleted earlier in the same multi
+
+
 class EmbeddedStore:
-    """An in-process store; every change is written through to `path` (temp file, fsync, rename)."""
+    """The store in this process. With a journal every multi is persisted once (one checksummed line,
+    one fsync) before memory changes; without one the store lives in memory only (tests)."""
 
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self.nodes: dict[str, tuple[dict, int, bool]] = {}
+    def __init__(self, journal: "FileJournal | None" = None) -> None:
+        self.journal = journal
+        self.nodes: dict[str, tuple[dict, int, bool]] = {}     # path -> (value, version, ephemeral)
+        self._children: dict[str, set[str]] = {}
         self.watches: list[tuple[str, Callable[[str], None]]] = []
-        if path and os.path.exists(path):
-            with open(path) as f:
-                saved = json.load(f)
-            for p, (value, version) in saved.items():
-                self.nodes[p] = (value, version, False)
+        self._write_lock = threading.Lock()
+        if journal is not None:
+            for path, (value, version) in journal.load().items():
+                self.nodes[path] = (value, version, False)
+            for path in self.nodes:
+                self._children.setdefault(parent_of(path), set()).add(path.rsplit("/", 1)[1])
 
+    @classmethod
+    def open(cls, directory: str) -> "EmbeddedStore":
+        from odradek.cluster.journal import FileJournal
+        return cls(FileJournal(directory))
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+    # ------------------------------------------------------------------------------------------ reads
     def get(self, path: str) -> tuple[dict, int]:
-        try:
-            value, version, _ = self.nodes[path]
-        except KeyError:
-            raise NoNodeError(path) from None
-        return value, version
+        node = self.nodes.get(path)
+        if node is None:
+            raise NoNodeError(path)
+        return node[0], node[1]
 
     def exists(self, path: str) -> bool:
         return path in self.nodes
 
     def children(self, path: str) -> list[str]:
-        prefix = path.rstrip("/") + "/"
-        out = set()
-        for p in self.nodes:
-            if p.startswith(prefix):
-                out.add(p[len(prefix):].split("/", 1)[0])
-        return sorted(out)
+        return sorted(self._children.get(path.rstrip("/") or "/", ()))
 
+    # ------------------------------------------------------------------------------------------ writes
     def create(self, path: str, value: dict, ephemeral: bool = False) -> None:
-        if path in self.nodes:
-            raise NodeExistsError(path)
-        self.nodes[path] = (value, 0, ephemeral)
-        self._changed(path)
+        self.multi([Create(path, value, ephemeral)])
 
     def set(self, path: str, value: dict, version: int = -1) -> int:
-        if path not in self.nodes:
-            raise NoNodeError(path)
-        _, current, eph = self.nodes[path]
-        if version != -1 and version != current:
-            raise BadVersionError(f"{path}: expected version {version}, found {current}")
-        self.nodes[path] = (value, current + 1, eph)
-        self._changed(path)
-        return current + 1
+        version_now = self.multi([SetData(path, value, version)])[0]
+        assert version_now is not None
+        return version_now
 
-    def delete(self, path: str, recursive: bool = False) -> None:
-        if path not in self.nodes and not recursive:
-            raise NoNodeError(path)
-        prefix = path.rstrip("/") + "/"
-        doomed = [p for p in self.nodes if p == path or (recursive and p.startswith(prefix))]
-        for p in doomed:
-            del self.nodes[p]
-        self._changed(path)
+    def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
+        if not recursive:
+            self.multi([Delete(path, version)])
+            return
+        if path not in self.nodes:
+            return
+        doomed: list[str] = []
+        stack = [path]
+        while stack:     # pre-order; reversed below so children go before their parent
+            p = stack.pop()
+            doomed.append(p)
+            stack.extend(f"{p}/{c}" for c in self._children.get(p, ()))
+        self.multi([Delete(p, version if p == path else -1) for p in reversed(doomed)])
+
+    def multi(self, ops: Sequence[Op]) -> list[int | None]:
+        """Apply every op or none. Returns, per op, the node's new version (create, set) or None."""
+        with self._write_lock:
+            results, changes = self._check(ops)
+            if self.journal is not None:
+                durable = [c for c in changes if not c[3]]
+                if durable:
+                    self.journal.append([(kind, path, value) for kind, path, value, _ in durable])
+            for kind, path, value, ephemeral in changes:
+                self._apply(kind, path, value, ephemeral)
+            if self.journal is not None:
+                self.journal.maybe_compact(self._persistent_nodes)
+        for _, path, _, _ in changes:
+            for prefix, cb in list(self.watches):
+                if path.startswith(prefix):
+                    cb(path)
+        return results
 
     def watch(self, prefix: str, callback: Callable[[str], None]) -> None:
         self.watches.append((prefix, callback))
 
-    def _changed(self, path: str) -> None:
-        self._persist()
-        for prefix, cb in list(self.watches):
-            if path.startswith(prefix):
-                cb(path)
+    # ------------------------------------------------------------------------------------------ internals
+    def _check(self, ops: Sequence[Op]) -> tuple[list[int | None], list[tuple]]:
+        """Validate `ops` in order against the current state plus the effect of the ops before them.
+        Returns the results and the changes to apply: (kind "c"/"s"/"d", path, value, ephemeral)."""
+        overlay: dict[str, object] = {}          # path -> (value, version, ephemeral) or _GONE
+        child_delta: dict[str, int] = {}
+        results: list[int | None] = []
+        changes: list[tuple] = []
 
-    def _persist(self) -> None:
-        if not self.path:
-            return
-        saved = {p: (v, ver) for p, (v, ver, eph) in self.nodes.items() if not eph}
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(saved, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        def node(p: str) -> Any:
+            n = overlay.get(p)
+            if n is None:
+                return self.nodes.get(p)
+            return None if n is _GONE else n
+
+        for op in ops:
+            path = op.path
+            if not path.startswith("/") or path.endswith("/") or "//" in path:
+                raise ValueError(f"invalid path {path!r}")
+            current = node(path)
+            if isinstance(op, Create):
+                if current is not None:
+                    raise NodeExistsError(path)
+                parent = parent_of(path)
+                if parent != "/" and node(parent) is None:
+                    raise NoNodeError(parent)
+                if parent != "/" and node(parent)[2]:
+                    raise ValueError(f"{path}: ephemeral nodes have no children")
+                overlay[path] = (op.value, 0, op.ephemeral)
+                child_delta[parent] = child_delta.get(parent, 0) + 1
+                changes.append(("c", path, op.value, op.ephemeral))
+                results.append(0)
+                continue
+            if current is None:
+                raise NoNodeError(path)
+            if op.version != -1 and op.version != current[1]:
+                raise BadVersionError(f"{path}: expected version {op.version}, found {current[1]}")
+            if isinstance(op, SetData):
+                overlay[path] = (op.value, current[1] + 1, current[2])
+                changes.append(("s", path, op.value, current[2]))
+                results.append(current[1] + 1)
+            elif isinstance(op, Delete):
+                if len(self._children.get(path, ())) + child_delta.get(path, 0) > 0:
+                    raise NotEmptyError(path)
+                overlay[path] = _GONE
+                parent = parent_of(path)
+                child_delta[parent] = child_delta.get(parent, 0) - 1
+                changes.append(("d", path, None, current[2]))
+                results.append(None)
+            elif isinstance(op, CheckVersion):
+                results.append(None)
+            else:
+                raise TypeError(f"not a store op: {op!r}")
+        return results, changes
+
+    def _apply(self, kind: str, path: str, value: Any, ephemeral: bool) -> None:
+        parent, _, name = path.rpartition("/")
+        parent = parent or "/"
+        if kind == "c":
+            self.nodes[path] = (value, 0, ephemeral)
+            self._children.setdefault(parent, set()).add(name)
+        elif kind == "s":
+            _, version, eph = self.nodes[path]
+            self.nodes[path] = (value, version + 1, eph)
+        else:
+            del self.nodes[path]
+            siblings = self._children.get(parent)
+            if siblings is not None:
+                siblings.discard(name)
+                if not siblings:
+                    del self._children[parent]
+
+    def _persistent_nodes(self) -> dict[str, list]:
+        return {p: [v, ver] for p, (v, ver, eph) in self.nodes.items() if not eph}

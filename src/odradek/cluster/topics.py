@@ -1,23 +1,69 @@
-"""Topics and partition states as the cluster sees them, read and written through the store.
+"""Topics and partition states: their store nodes, their validation, replica placement, and the
+image the broker serves them from.
 
-Partition assignment follows Kafka's rule for a new topic without explicit assignments: replicas
-placed round-robin over the live brokers from a start index, the first replica the preferred leader.
+Nodes, as Kafka kept them on ZooKeeper (the intermediate nodes carry {}; ZooKeeper needs them):
+
+    /brokers/topics/<t>                          {"version": 3, "topic_id": "<Kafka's base64 Uuid>",
+                                                  "partitions": {"<p>": [replica, ...]},
+                                                  "adding_replicas": {}, "removing_replicas": {}}
+    /brokers/topics/<t>/partitions               {}
+    /brokers/topics/<t>/partitions/<p>           {}
+    /brokers/topics/<t>/partitions/<p>/state     {"controller_epoch", "leader", "version": 1, "leader_epoch", "isr"}
+    /config/topics/<t>                           {"version": 1, "config": {name: value}}
+    /admin/delete_topics/<t>                     {"topic_id": ...}: the deletion of <t> is under way
+
+Placement follows Kafka's rule for a topic without explicit assignments: replicas round-robin over the
+live brokers from a start index, the first replica the preferred leader.
+
+`TopicImage` is what request handlers read: topics by name and by id, replaced entry by entry when the
+controller has made a change durable; nothing on a request path reads the store.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
-from dataclasses import dataclass, field
-
-from odradek.cluster.store import MetadataStore, NoNodeError
+from dataclasses import dataclass, field, replace
 
 LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+
+TOPICS_PATH = "/brokers/topics"
+TOPIC_CONFIGS_PATH = "/config/topics"
+DELETE_TOPICS_PATH = "/admin/delete_topics"
+CONTROLLER_EPOCH = 1
 
 
-@dataclass
+def topic_path(name: str) -> str:
+    return f"{TOPICS_PATH}/{name}"
+
+
+def partitions_path(name: str) -> str:
+    return f"{TOPICS_PATH}/{name}/partitions"
+
+
+def partition_path(name: str, p: int) -> str:
+    return f"{TOPICS_PATH}/{name}/partitions/{p}"
+
+
+def state_path(name: str, p: int) -> str:
+    return f"{TOPICS_PATH}/{name}/partitions/{p}/state"
+
+
+def config_path(name: str) -> str:
+    return f"{TOPIC_CONFIGS_PATH}/{name}"
+
+
+def delete_marker_path(name: str) -> str:
+    return f"{DELETE_TOPICS_PATH}/{name}"
+
+
+@dataclass(frozen=True)
 class PartitionState:
     leader: int
     leader_epoch: int
@@ -25,16 +71,22 @@ class PartitionState:
     replicas: list[int]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TopicInfo:
+    """One topic as the image holds it. Never changed in place: a change makes a new TopicInfo."""
     name: str
     topic_id: uuid.UUID
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     configs: dict[str, str] = field(default_factory=dict)
+    version: int = 0       # of /brokers/topics/<t>, for the conditional writes that change it
 
     @property
     def is_internal(self) -> bool:
         return self.name in INTERNAL_TOPICS
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[min(self.partitions)].replicas) if self.partitions else 0
 
 
 def validate_topic_name(name: str) -> str | None:
@@ -51,6 +103,11 @@ def validate_topic_name(name: str) -> str | None:
     return None
 
 
+def unify_collision_chars(name: str) -> str:
+    """'.' and '_' collide in metric names (Kafka's Topic.unifyCollisionChars)."""
+    return name.replace(".", "_")
+
+
 def assign_replicas(brokers: list[int], partitions: int, replication_factor: int,
                     start: int = 0, first_partition: int = 0) -> dict[int, list[int]]:
     brokers = sorted(brokers)
@@ -62,63 +119,106 @@ def assign_replicas(brokers: list[int], partitions: int, replication_factor: int
     return out
 
 
-class TopicStore:
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
+def initial_state(replicas: list[int]) -> PartitionState:
+    return PartitionState(leader=replicas[0], leader_epoch=0, isr=list(replicas), replicas=list(replicas))
 
-    def names(self) -> list[str]:
-        return self.store.children("/brokers/topics")
+
+# ------------------------------------------------------------------------------------------ node formats
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    if len(text) == 36:              # str(uuid), as earlier versions stored it
+        return uuid.UUID(text)
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def topic_node(info: TopicInfo) -> dict:
+    return {"version": 3, "topic_id": encode_topic_id(info.topic_id),
+            "partitions": {str(p): list(st.replicas) for p, st in sorted(info.partitions.items())},
+            "adding_replicas": {}, "removing_replicas": {}}
+
+
+def state_node(st: PartitionState) -> dict:
+    return {"controller_epoch": CONTROLLER_EPOCH, "leader": st.leader, "version": 1,
+            "leader_epoch": st.leader_epoch, "isr": list(st.isr)}
+
+
+def config_node(configs: dict[str, str]) -> dict:
+    return {"version": 1, "config": dict(configs)}
+
+
+def topic_from_nodes(name: str, topic: dict, version: int, states: dict[int, dict | None],
+                     configs: dict | None) -> TopicInfo:
+    partitions = {}
+    for p, replicas in topic["partitions"].items():
+        st = states.get(int(p))
+        if st is None:   # never written by this controller; the preferred replica leads
+            partitions[int(p)] = initial_state(list(replicas))
+        else:
+            partitions[int(p)] = PartitionState(st["leader"], st["leader_epoch"], list(st["isr"]), list(replicas))
+    return TopicInfo(name, decode_topic_id(topic["topic_id"]), dict(sorted(partitions.items())),
+                     dict((configs or {}).get("config", {})), version)
+
+
+# ------------------------------------------------------------------------------------------ the image
+class TopicImage:
+    """Topics by name, by id and by collision-unified name. One writer (the controller, on the event
+    loop); each change replaces whole entries, so readers on any thread see a topic before or after."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, str] = {}
+        self._unified: dict[str, str] = {}
+        self._sorted: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
 
     def get(self, name: str) -> TopicInfo | None:
-        try:
-            value, _ = self.store.get(f"/brokers/topics/{name}")
-        except NoNodeError:
-            return None
-        info = TopicInfo(name, uuid.UUID(value["topic_id"]))
-        for p, replicas in value["partitions"].items():
-            try:
-                st, _ = self.store.get(f"/brokers/topics/{name}/partitions/{p}/state")
-                info.partitions[int(p)] = PartitionState(st["leader"], st["leader_epoch"], st["isr"], replicas)
-            except NoNodeError:
-                info.partitions[int(p)] = PartitionState(-1, 0, [], replicas)
-        try:
-            cfg, _ = self.store.get(f"/config/topics/{name}")
-            info.configs = dict(cfg.get("config", {}))
-        except NoNodeError:
-            pass
+        return self._by_name.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        name = self._by_id.get(topic_id)
+        return self._by_name.get(name) if name is not None else None
+
+    def names(self) -> list[str]:
+        """Every topic name, sorted."""
+        names = self._sorted
+        if names is None:
+            names = self._sorted = sorted(self._by_name)
+        return list(names)
+
+    def colliding(self, name: str) -> str | None:
+        """Another topic whose name differs from `name` only in '.' versus '_'."""
+        other = self._unified.get(unify_collision_chars(name))
+        return other if other is not None and other != name else None
+
+    def put(self, info: TopicInfo) -> None:
+        old = self._by_name.get(info.name)
+        if old is not None and old.topic_id != info.topic_id:
+            self._by_id.pop(old.topic_id, None)
+        self._by_id[info.topic_id] = info.name
+        self._unified[unify_collision_chars(info.name)] = info.name
+        self._by_name[info.name] = info
+        if old is None:
+            self._sorted = None
+
+    def remove(self, name: str) -> TopicInfo | None:
+        info = self._by_name.pop(name, None)
+        if info is not None:
+            self._by_id.pop(info.topic_id, None)
+            if self._unified.get(unify_collision_chars(name)) == name:
+                del self._unified[unify_collision_chars(name)]
+            self._sorted = None
         return info
 
-    def create(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicInfo:
-        topic_id = uuid.uuid4()
-        self.store.create(f"/config/topics/{name}", {"version": 1, "config": configs})
-        self.store.create(f"/brokers/topics/{name}", {
-            "version": 3, "topic_id": str(topic_id),
-            "partitions": {str(p): r for p, r in assignment.items()},
-        })
-        for p, replicas in assignment.items():
-            self.store.create(f"/brokers/topics/{name}/partitions/{p}/state",
-                              {"leader": replicas[0], "leader_epoch": 0, "isr": list(replicas),
-                               "controller_epoch": 1})
-        return self.get(name)
-
-    def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicInfo:
-        value, version = self.store.get(f"/brokers/topics/{name}")
-        parts = dict(value["partitions"])
-        for p, replicas in assignment.items():
-            parts[str(p)] = replicas
-            self.store.create(f"/brokers/topics/{name}/partitions/{p}/state",
-                              {"leader": replicas[0], "leader_epoch": 0, "isr": list(replicas),
-                               "controller_epoch": 1})
-        self.store.set(f"/brokers/topics/{name}", {**value, "partitions": parts}, version)
-        return self.get(name)
-
-    def set_configs(self, name: str, configs: dict[str, str]) -> None:
-        path = f"/config/topics/{name}"
-        if self.store.exists(path):
-            self.store.set(path, {"version": 1, "config": configs})
-        else:
-            self.store.create(path, {"version": 1, "config": configs})
-
-    def delete(self, name: str) -> None:
-        self.store.delete(f"/brokers/topics/{name}", recursive=True)
-        self.store.delete(f"/config/topics/{name}", recursive=True)
+    def with_configs(self, name: str, configs: dict[str, str]) -> None:
+        info = self._by_name.get(name)
+        if info is not None:
+            self.put(replace(info, configs=dict(configs)))

@@ -1,12 +1,26 @@
 """The broker: configuration, log manager, metadata, partitions, listeners, and their lifecycle.
 
 DESIGN, "How data flows" and "Metadata and the cluster". In embedded mode (the default for
-`odradek serve`) the broker is its own controller: topic changes are written to the embedded store,
-published in the metadata image (`metadata_cache.py`), and then applied to the replica manager as a
-LeaderAndIsr for the partitions this broker hosts.
+`odradek serve`) the broker is its own controller (`cluster/controller.py`): the controller decides and
+records topic changes in the embedded store; the broker applies them to its logs and, as a LeaderAndIsr
+for the partitions it hosts, to its replica manager, then publishes them in its metadata image
+(`metadata_cache.py`), which is all that request handlers read.
 
-The broker only wires and runs its collaborators: request handlers get them as a typed context
+The broker wires and runs its collaborators; request handlers get them as a typed context
 (`context.py`), never the broker itself (but for the handlers not yet migrated, through `ctx.broker`).
+
+Topic changes, and what a crash (kill -9) at any point leaves:
+- creation: logs are created first (in slices, so the event loop keeps serving), then every node of
+  the request's topics is written in one multi (on the worker pool), then partitions are opened and the
+  topics published. Before the write: the topics are absent and their empty logs are strays, removed
+  at the next start. After it: the topics are complete and missing logs are created at start.
+- deletion: the deletion is recorded (`/admin/delete_topics/<t>`) and the topics leave the image, then
+  their logs are removed and the log dirs fsynced once, then the topics' nodes are removed. A marked
+  deletion is completed at the next start before any partition is opened: a deleted topic never
+  returns.
+A failed store or log-dir write (ENOSPC, EIO) is answered with KAFKA_STORAGE_ERROR per topic and leaves
+nothing behind, so every name can be created once space returns. Controller changes run one at a time
+(`controller_lock`); requests that only read the image never wait for them.
 """
 
 from __future__ import annotations
@@ -16,12 +30,14 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Iterable, Iterator
+from typing import Any, Awaitable, Callable, TypeVar
 
-from odradek.cluster.store import EmbeddedStore
-from odradek.cluster.topics import TopicInfo, TopicStore, assign_replicas, validate_topic_name
+from odradek.cluster.controller import Controller
+from odradek.cluster.store import Create, EmbeddedStore, Op, SetData, StoreError
+from odradek.cluster.topics import TopicImage, TopicInfo
 from odradek.coordinator.runtime import GroupCoordinator
-from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.headers import RequestHeader
 from odradek.protocol.messages import metadata as metadata_msgs
 from odradek.server.apis import HANDLERS
@@ -36,13 +52,16 @@ from odradek.server.network import Connection, Listener, RequestPool
 from odradek.server.partition import LeaderAndIsrState, Partition, PartitionLog
 from odradek.server.purgatory import Purgatory
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.slices import Slices, run_now, run_sliced
 from odradek.server.workers import WorkerPool
+from odradek.storage.checkpoints import fsync_dir
 from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.errors import StorageError
 from odradek.storage.manager import LogManager
 
 log = logging.getLogger("odradek.broker")
+T = TypeVar("T")
 
-METADATA_FILE = "odradek-metadata.json"
 
 
 def wall_clock_ms() -> int:
@@ -59,7 +78,9 @@ class LocalLogs:
 
     def open_log(self, topic: str, partition: int, now_ms: int) -> PartitionLog:
         assert self.manager is not None, "logs are opened by Broker.start"
-        log_ = self.manager.get_or_create_log(topic, partition, now_ms, self.log_config_for(topic))
+        log_ = self.manager.get_log(topic, partition)
+        if log_ is None:
+            log_ = self.manager.get_or_create_log(topic, partition, now_ms, self.log_config_for(topic))
         log_.producer_state.producer_id_expiration_ms = self.producer_id_expiration_ms
         return log_
 
@@ -73,8 +94,9 @@ class Broker:
         self.clock = clock
         self.broker_id = config.broker_id
         self.controller_id = self.broker_id
-        self.metadata = MetadataCache(MetadataImage(config, controller_id=self.broker_id))
-        self.local_logs = LocalLogs(self.log_config_for, config.get("producer.id.expiration.ms"))
+        self.metadata = MetadataCache(MetadataImage(config, controller_id=self.broker_id, brokers={
+            self.broker_id: BrokerRegistration(self.broker_id, ())}))
+        self.local_logs = LocalLogs(self._new_log_config, config.get("producer.id.expiration.ms"))
         self.replica_manager = ReplicaManager(
             self.broker_id, self.local_logs, self.metadata, clock,
             replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"))
@@ -90,7 +112,11 @@ class Broker:
         self._periodic: asyncio.Task | None = None
         self.logs: LogManager | None = None
         self.store: EmbeddedStore | None = None
-        self.topics: TopicStore | None = None
+        self.controller: Controller | None = None
+        # One controller change at a time (Kafka's controller is one event queue); readers never wait.
+        self.controller_lock = asyncio.Lock()
+        self._controller_tasks: set[asyncio.Task] = set()
+        self._producer_id_lock = asyncio.Lock()
         self.coordinators = Coordinators(self.broker_id, self.replica_manager, self.metadata, self, clock)
         self.services: Services | None = None
 
@@ -117,24 +143,41 @@ class Broker:
         listener = self._listener_names.get(connection.listener) if connection is not None else None
         return RequestContext(self.services, header, connection, listener)
 
+    def _publish(self, names: Iterable[str]) -> None:
+        """The controller's view of these topics (made durable) becomes the broker's image."""
+        assert self.controller is not None
+        put, gone = [], []
+        for name in names:
+            info = self.controller.image.get(name)
+            if info is None:
+                gone.append(name)
+            else:
+                put.append(info)
+        image = self.metadata.image
+        self.metadata.update(image.with_topics(put).without_topics(gone) if gone else image.with_topics(put))
+
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         now = self.clock()
         dirs = self.config.log_dirs
         for d in dirs:
             os.makedirs(d, exist_ok=True)
-        self.store = EmbeddedStore(os.path.join(dirs[0], METADATA_FILE))
-        self.topics = TopicStore(self.store)
+        self.store = EmbeddedStore.open(dirs[0])
+        self.controller = Controller(self.store, self.broker_id)
+        pending_deletions = self.controller.start()
         self.metadata.update(self.metadata.image.with_cluster_id(self._cluster_id()))
         self._load_dynamic_broker_configs()
-        infos = [i for i in (self.topics.get(n) for n in self.topics.names()) if i is not None]
-        self.metadata.update(self.metadata.image.with_topics(infos))
+        if pending_deletions:
+            self._finish_deletions_at_start(pending_deletions)
         self.logs = LogManager.open(self._log_manager_config(), now_ms=now,
                                     config_for_topic=self.log_config_for)
         self.local_logs.manager = self.logs
         self.logs.ensure_meta_properties(self.broker_id, self.cluster_id)
-        for info in infos:
-            self._open_partitions(info, now)
+        self._remove_stray_logs(now)
+        names = self.topics.names()
+        for name in names:
+            run_now(self._open_partitions(self.topics.get(name), now))
+        self._publish(names)
         await self.replica_manager.start()
         await self.coordinators.start()
         self.services = Services(
@@ -195,6 +238,8 @@ class Broker:
     async def aclose(self) -> None:
         for listener, _ in self.listeners:
             await listener.aclose()
+        if self._controller_tasks:     # changes under way finish before the logs close
+            await asyncio.gather(*self._controller_tasks, return_exceptions=True)
         if self._periodic is not None:
             self._periodic.cancel()
             try:
@@ -206,6 +251,8 @@ class Broker:
         if self.logs is not None:
             self.logs.close(self.clock())
             self.logs = None
+        if self.store is not None:
+            self.store.close()
         self.workers.close()
 
     async def _run_periodic(self) -> None:
@@ -216,16 +263,25 @@ class Broker:
             except Exception:
                 log.exception("periodic log maintenance failed")
 
-    # ----------------------------------------------------------------------------- topics
+    # ----------------------------------------------------------------------------- topics (reads)
+    @property
+    def topics(self) -> TopicImage:
+        """The controller's topic image, for the controller's own planning (admin_topics, metadata
+        auto-creation); handlers otherwise read the metadata image."""
+        assert self.controller is not None
+        return self.controller.image
+
     def topic_config(self, topic: str) -> TopicConfig:
         return self.metadata.topic_config(topic)
 
     def log_config_for(self, topic: str | None) -> LogConfig:
-        tc = self.metadata.topic_config(topic)
-        props = {name: tc[name].value_string for name in (
-            "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
-            "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy")}
-        return LogConfig().from_properties(props)
+        return _log_config(self.metadata.topic_config(topic))
+
+    def _new_log_config(self, topic: str) -> LogConfig:
+        """A new log's config: its topic as the controller has it (the image may not show it yet)."""
+        info = self.controller.image.get(topic) if self.controller is not None else None
+        return _log_config(TopicConfig.resolve(info.configs, self.config)) if info is not None \
+            else self.log_config_for(topic)
 
     def topic_by_id(self, topic_id: Any) -> TopicInfo | None:
         return self.metadata.topic_by_id(topic_id)
@@ -246,100 +302,238 @@ class Broker:
                 return a.host or "localhost", port
         return ep.host or "localhost", self.bound_ports.get(ep.listener_name, ep.port)
 
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str], assignment: dict[int, list[int]] | None = None,
-                     validate_only: bool = False) -> tuple[TopicInfo | None, ErrorCode, str | None]:
-        reason = validate_topic_name(name)
-        if reason is not None:
-            return None, ErrorCode.INVALID_TOPIC_EXCEPTION, reason
-        if self.topics.get(name) is not None:
-            return None, ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
-        if "." in name or "_" in name:  # '.' and '_' collide in metric names (Kafka's Topic.unifyCollisionChars)
-            unified = name.replace(".", "_")
-            other = next((t for t in self.topics.names() if t.replace(".", "_") == unified), None)
-            if other is not None:
-                return None, ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}"
-        if assignment is None:
-            if num_partitions == -1:
-                num_partitions = self.config.get("num.partitions")
-            if replication_factor == -1:
-                replication_factor = self.config.get("default.replication.factor")
-            if num_partitions <= 0:
-                return None, ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
-            if replication_factor <= 0:
-                return None, ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
-            brokers = sorted(self.live_broker_ids())
-            if replication_factor > len(brokers):
-                return None, ErrorCode.INVALID_REPLICATION_FACTOR, (
-                    f"Unable to replicate the partition {replication_factor} time(s): "
-                    f"The target replication factor of {replication_factor} cannot be reached because "
-                    f"only {len(brokers)} broker(s) are registered.")
-            assignment = assign_replicas(brokers, num_partitions, replication_factor)
-        try:
-            TopicConfig.resolve(configs, self.config)
-        except ConfigError as e:
-            return None, ErrorCode.INVALID_CONFIG, str(e)
-        if validate_only:
-            return None, ErrorCode.NONE, None
-        info = self.topics.create(name, assignment, configs)
-        self.metadata.update(self.metadata.image.with_topics([info]))
-        self._open_partitions(info, self.clock())
-        log.info("created topic %s with %d partition(s)", name, len(assignment))
-        return info, ErrorCode.NONE, None
-
-    async def auto_create_topic(self, name: str) -> tuple[TopicInfo | None, ErrorCode]:
-        info, error, _ = self.create_topic(name, -1, -1, {})
-        if error == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return self.topics.get(name), ErrorCode.NONE
-        return info, error
-
-    def _open_partitions(self, info: TopicInfo, now_ms: int) -> None:
-        """The embedded controller's LeaderAndIsr to this broker: the partitions it hosts and does
-        not have yet."""
-        self.replica_manager.apply_leader_and_isr(
-            [LeaderAndIsrState(info.name, p, st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
-             for p, st in info.partitions.items()
-             if self.broker_id in st.replicas and self.replica_manager.get_partition(info.name, p) is None],
-            now_ms)
-
-    def next_producer_id(self) -> int:
-        path = "/latest_producer_id_block"
-        if self.store.exists(path):
-            value, version = self.store.get(path)
-            pid = value["next"]
-            self.store.set(path, {"next": pid + 1}, version)
-        else:
-            pid = 0
-            self.store.create(path, {"next": 1})
-        return pid
-
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.replica_manager.get_partition(topic, index)
 
-    # ----------------------------------------------------------------------------- admin changes
-    # Called by apis/admin_*.py after validation; each change is in the store before it takes effect.
-    def delete_topic(self, name: str) -> None:
-        info = self.topics.get(name)
-        self.replica_manager.stop_replicas([(name, p) for p in (info.partitions if info is not None else ())],
-                                           delete=True, now_ms=self.clock())
-        self.topics.delete(name)
-        self.metadata.update(self.metadata.image.without_topics([name]))
-        self.coordinators.topics_deleted({name})
-        log.info("deleted topic %s", name)
+    def topic_defaults(self) -> tuple[int, int]:
+        """(num.partitions, default.replication.factor): what -1 means in a creation."""
+        return self.config.get("num.partitions"), self.config.get("default.replication.factor")
 
-    def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicInfo:
-        info = self.topics.add_partitions(name, assignment)
-        self.metadata.update(self.metadata.image.with_topics([info]))
-        self._open_partitions(info, self.clock())
-        log.info("topic %s now has %d partition(s)", name, len(info.partitions))
-        return info
+    # ----------------------------------------------------------------------------- topic changes
+    async def controller_call(self, change: Callable[..., Awaitable[T]], *args: object) -> T:
+        """Run a controller change (`change(*args)`, which takes `controller_lock`) as a task of the
+        broker, to its end even if the request that asked for it goes away: a client that closes its
+        connection cancels its request, and a change cut short between its store write and the image
+        would leave a topic recorded but never served. The request waits for it, shielded."""
+        task = asyncio.get_running_loop().create_task(change(*args))
+        self._controller_tasks.add(task)
+        task.add_done_callback(self._controller_tasks.discard)
+        return await asyncio.shield(task)
 
+    # The handlers plan with the controller while holding `controller_lock` and call these to apply.
+    async def create_topics(self, infos: list[TopicInfo]) -> None:
+        """Make planned topics real: logs, one store write, partitions, then the image. Raises
+        KafkaApiError(KAFKA_STORAGE_ERROR) for all of them if a write fails; nothing is left then."""
+        created: list[tuple[str, int]] = []
+        slices = Slices()
+        try:
+            try:
+                for info in infos:
+                    await run_sliced(self._create_logs(info, created), slices)
+            except (OSError, StorageError) as e:
+                raise _storage_error(f"Cannot create a log of {_names(infos)}: {_reason(e)}") from e
+            try:
+                await self.workers.run(self._commit_creations, infos)
+            except StoreError as e:
+                raise _storage_error(f"Cannot record {_names(infos)}: {e}") from e
+        except BaseException:
+            self._discard_logs(created)
+            self.controller.release(i.name for i in infos)
+            raise
+        now = self.clock()
+        for info in infos:
+            await run_sliced(self._open_partitions(info, now), slices)
+            self.controller.publish(info)
+            log.info("created topic %s with %d partition(s)", info.name, len(info.partitions))
+        self._publish(i.name for i in infos)
+
+    def _commit_creations(self, infos: list[TopicInfo]) -> None:
+        self.controller.commit(self.controller.creation_ops(infos))
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str]) -> tuple[TopicInfo | None, ErrorCode, str | None]:
+        """Create a small internal topic at once, without yielding (the offsets topic on the first
+        FindCoordinator): the same steps as `create_topics`, for callers that cannot await."""
+        try:
+            TopicConfig.resolve(configs, self.config)
+            info = self.controller.plan_topic(name, num_partitions, replication_factor, None, configs,
+                                              self.live_broker_ids(), self.topic_defaults())
+        except ConfigError as e:
+            return None, ErrorCode.INVALID_CONFIG, str(e)
+        except KafkaApiError as e:
+            return None, e.code, e.detail
+        created: list[tuple[str, int]] = []
+        try:
+            run_now(self._create_logs(info, created))
+            self._commit_creations([info])
+        except (OSError, StorageError, StoreError) as e:
+            self._discard_logs(created)
+            self.controller.release([name])
+            return None, ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot create topic {name}: {e}"
+        run_now(self._open_partitions(info, self.clock()))
+        self.controller.publish(info)
+        self._publish([name])
+        log.info("created topic %s with %d partition(s)", name, len(info.partitions))
+        return info, ErrorCode.NONE, None
+
+    async def add_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
+        """(current, planned) per topic: new logs, one store write, then partitions and the image.
+        Raises KafkaApiError(KAFKA_STORAGE_ERROR) if a write fails; nothing is left then."""
+        created: list[tuple[str, int]] = []
+        slices = Slices()
+        try:
+            try:
+                for _, new in plans:
+                    await run_sliced(self._create_logs(new, created), slices)
+                await self.workers.run(self._commit_partitions, plans)
+            except (OSError, StorageError, StoreError) as e:
+                raise _storage_error(f"Cannot add partitions to {_names(n for _, n in plans)}: "
+                                     f"{_reason(e)}") from e
+        except BaseException:
+            self._discard_logs(created)
+            raise
+        now = self.clock()
+        for _, new in plans:
+            await run_sliced(self._open_partitions(new, now), slices)
+            info = self.controller.publish_partitions(new)
+            self._publish([info.name])
+            if info.configs != new.configs:     # changed while the logs were being created
+                self._reconfigure_logs(info.name)
+            log.info("topic %s now has %d partition(s)", info.name, len(info.partitions))
+
+    def _commit_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
+        self.controller.commit(self.controller.partition_ops(plans))
+
+    async def delete_topics(self, infos: list[TopicInfo]) -> None:
+        """Record the deletions (KafkaApiError(KAFKA_STORAGE_ERROR) if that fails: nothing changed),
+        take the topics out of service, remove their logs, then their nodes."""
+        try:
+            await self.workers.run(self._commit_deletion_marks, infos)
+        except StoreError as e:
+            raise _storage_error(f"Cannot record the deletion of {_names(infos)}: {e}") from e
+        names = [i.name for i in infos]
+        self.controller.unpublish(names)
+        self._publish(names)
+        for info in infos:
+            self._stop_topic(info)
+            log.info("deleting topic %s", info.name)
+        await self._finish_deletions(names)
+
+    def _commit_deletion_marks(self, infos: list[TopicInfo]) -> None:
+        self.controller.commit(self.controller.deletion_mark_ops(infos))
+
+    async def retry_pending_deletions(self) -> None:
+        """Finish deletions whose last write failed before (a full disk); call with controller_lock."""
+        if self.controller.pending_deletions:
+            await self._finish_deletions(sorted(self.controller.pending_deletions))
+
+    async def _finish_deletions(self, names: list[str]) -> None:
+        try:
+            dirs: set = set()
+            await run_sliced(self._delete_logs(set(names), dirs))
+            await self.workers.run(_fsync_dirs, dirs)
+            await self.workers.run(self.controller.complete_deletions, names)
+        except (OSError, StorageError, StoreError) as e:
+            log.warning("the deletion of %s is not finished (tried again before the next topic change "
+                        "and at start): %s", _names(names), e)
+            return
+        self.controller.finish_deletions(names)
+        for name in names:
+            log.info("deleted topic %s", name)
+
+    def _finish_deletions_at_start(self, names: list[str]) -> None:
+        """Deletions a crash interrupted, finished before any log is loaded: the topics' partition
+        dirs are renamed away (the log manager then removes them unread), then their nodes go."""
+        try:
+            LogManager.delete_topic_dirs(self.config.log_dirs, set(names))
+            self.controller.complete_deletions(names)
+        except (OSError, StorageError, StoreError) as e:
+            log.warning("the deletion of %s is not finished: %s", _names(names), e)
+            return
+        self.controller.finish_deletions(names)
+        log.info("finished the deletion of %s", _names(names))
+
+    def _stop_topic(self, info: TopicInfo) -> None:
+        """StopReplica for the topic's partitions (their logs go in `_finish_deletions`)."""
+        self.replica_manager.stop_replicas([(info.name, p) for p in info.partitions], delete=False,
+                                           now_ms=self.clock())
+        self.coordinators.topics_deleted({info.name})
+
+    def _remove_stray_logs(self, now_ms: int) -> None:
+        """Logs of no topic in the image: empty ones are what a crash during a creation leaves (the
+        logs come before the store write) and are removed; others are reported and left alone."""
+        dirs: set = set()
+        for (topic, p), log_ in self.logs.logs():
+            info = self.topics.get(topic)
+            if info is not None and p in info.partitions:
+                continue
+            if log_.log_end_offset == 0:
+                dirs.add(self.logs.log_dir_of(topic, p))
+                self.logs.delete_log(topic, p, now_ms, sync=False)
+            else:
+                log.warning("log %s-%d belongs to no topic; it is left as it is", topic, p)
+        _fsync_dirs(dirs)
+
+    # ---- steps run in slices (`run_sliced`) or at once (`run_now`): each yields after every partition
+    def _create_logs(self, info: TopicInfo, created: list[tuple[str, int]]) -> Iterator[None]:
+        config = _log_config(TopicConfig.resolve(info.configs, self.config))
+        now = self.clock()
+        for p, st in info.partitions.items():
+            if self.broker_id in st.replicas and self.logs.get_log(info.name, p) is None:
+                self.logs.get_or_create_log(info.name, p, now, config)
+                created.append((info.name, p))
+            yield
+
+    def _open_partitions(self, info: TopicInfo, now_ms: int) -> Iterator[None]:
+        """The embedded controller's LeaderAndIsr to this broker, one partition at a time: the
+        partitions of `info` it hosts and does not have yet."""
+        rm = self.replica_manager
+        for p, st in info.partitions.items():
+            if self.broker_id in st.replicas and rm.get_partition(info.name, p) is None:
+                rm.apply_leader_and_isr([LeaderAndIsrState(info.name, p, st.leader, st.leader_epoch,
+                                                           tuple(st.isr), tuple(st.replicas))], now_ms)
+            yield
+
+    def _delete_logs(self, names: set[str], dirs: set) -> Iterator[None]:
+        """Every log of these topics (not only the partitions the store lists: a crash may have
+        left more); the log dirs to fsync go into `dirs`."""
+        doomed = [tp for tp, _ in self.logs.logs() if tp[0] in names]
+        for topic, p in doomed:
+            dirs.add(self.logs.log_dir_of(topic, p))
+            self.logs.delete_log(topic, p, self.clock(), sync=False)
+            yield
+
+    def _discard_logs(self, created: list[tuple[str, int]]) -> None:
+        """Undo the logs of a creation that failed (they are empty and were never served)."""
+        now = self.clock()
+        for topic, p in created:
+            try:
+                self.logs.delete_log(topic, p, now)
+            except (OSError, StorageError) as e:   # an empty stray: removed at the next start
+                log.warning("could not remove the log %s-%d of a failed creation: %s", topic, p, e)
+
+    # ----------------------------------------------------------------------------- producer ids
+    async def next_producer_id(self) -> int:
+        """An id from the block in hand; a new block (one store write, on the worker pool) when it
+        is used up. Raises StoreError if no block can be claimed."""
+        ids = self.controller.producer_ids
+        pid = ids.next_id()
+        while pid is None:
+            async with self._producer_id_lock:
+                pid = ids.next_id()
+                if pid is None:
+                    ids.install(await self.workers.run(ids.claim_block))
+                    pid = ids.next_id()
+        return pid
+
+    # ----------------------------------------------------------------------------- config changes
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace a topic's overrides; produce, fetch and the logs see them at once."""
-        self.topics.set_configs(name, configs)
-        info = self.topics.get(name)
-        if info is not None:
-            self.metadata.update(self.metadata.image.with_topics([info]))
+        try:
+            self.controller.set_topic_configs(name, configs)
+        except StoreError as e:
+            raise _storage_error(f"Cannot record the configs of {name}: {e}") from e
+        self._publish([name])
         self._reconfigure_logs(name)
 
     def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
@@ -347,14 +541,16 @@ class Broker:
         """Replace a dynamic layer (`/config/brokers/<id>` or `/config/brokers/<default>`).
         Raises ConfigError, before anything is stored, if the new layer is not allowed."""
         new = self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
+        ops: list[Op] = []
         for entity, layer in ((str(self.broker_id), per_broker), ("<default>", default)):
             if layer is not None:
                 path = f"/config/brokers/{entity}"
                 value = {"version": 1, "config": dict(layer)}
-                if self.store.exists(path):
-                    self.store.set(path, value)
-                else:
-                    self.store.create(path, value)
+                ops.append(SetData(path, value) if self.store.exists(path) else Create(path, value))
+        try:
+            self.store.multi(ops)
+        except StoreError as e:
+            raise _storage_error(f"Cannot record the broker configs: {e}") from e
         self.metadata.update(self.metadata.image.with_config(new))
         self._reconfigure_logs(None)
 
@@ -379,3 +575,33 @@ class Broker:
 def _new_cluster_id() -> str:
     import base64
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _log_config(tc: TopicConfig) -> LogConfig:
+    props = {name: tc[name].value_string for name in (
+        "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
+        "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy")}
+    return LogConfig().from_properties(props)
+
+
+def _storage_error(message: str) -> KafkaApiError:
+    log.warning("%s", message)
+    return KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, message)
+
+
+def _reason(e: Exception) -> str:
+    return getattr(e, "strerror", None) or str(e)
+
+
+def _names(items: Iterable) -> str:
+    names = [getattr(i, "name", i) for i in items]
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _fsync_dirs(dirs: Iterable) -> None:
+    for d in dirs:
+        if d is not None:
+            fsync_dir(d)
+
+
+

@@ -29,7 +29,7 @@ from odradek.protocol.error_codes import ErrorCode
 from odradek.server.apis.produce import topic_rules
 from odradek.server.config import BrokerConfig
 from odradek.server.log_validator import LOG_APPEND_TIME, validate
-from odradek.server.metadata_cache import MetadataCache
+from odradek.server.metadata_cache import MetadataCache, MetadataImage
 from odradek.server.partition import Partition, TopicPartition
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.replica_manager import ReplicaManager
@@ -93,7 +93,8 @@ class Coordinators:
         await group.start()
         self.group = group
         self.replica_manager.add_leadership_listener(self._leadership_changed)
-        self._elect(p for p in self.replica_manager.partitions() if p.topic == OFFSETS_TOPIC and p.is_leader)
+        self.metadata.add_listener(self._image_changed)
+        self._elect_led()
 
     async def aclose(self) -> None:
         if self.group is not None:
@@ -113,6 +114,15 @@ class Coordinators:
             if key[0] == OFFSETS_TOPIC and self.group is not None:
                 self.replica_manager.remove_high_watermark_listener(key)
                 self.group.resign(key[1])
+
+    def _image_changed(self, old: MetadataImage, new: MetadataImage) -> None:
+        """The offsets topic appeared (or grew): load the partitions of it this broker leads."""
+        info = new.topic(OFFSETS_TOPIC)
+        if info is not None and info is not old.topic(OFFSETS_TOPIC):
+            self._elect_led()
+
+    def _elect_led(self) -> None:
+        self._elect(p for p in self.replica_manager.partitions() if p.topic == OFFSETS_TOPIC and p.is_leader)
 
     def _elect(self, partitions: Iterable[Partition]) -> None:
         group = self.group
@@ -144,7 +154,6 @@ class Coordinators:
                 if info is None:
                     log.error("cannot create %s: %s %s", OFFSETS_TOPIC, error.name, message or "")
                     return None
-        self._elect(p for p in self.replica_manager.partitions() if p.topic == OFFSETS_TOPIC and p.is_leader)
         return info
 
     def group_coordinator_id(self, group_id: str) -> int | None:

@@ -8,6 +8,7 @@ Each log dir holds partition directories (`<topic>-<partition>/`, see log.py) an
     log-start-offset-checkpoint         per partition: the log start offset
     .kafka_cleanshutdown                present only after a clean close
     <topic>-<partition>.<uuid>-delete/  a deleted partition waiting for file.delete.delay.ms
+                                        (the topic shortened to keep the name within 255 bytes)
 
 At start every partition is loaded; in a dir without the clean-shutdown marker each log is recovered
 from its recovery point (CRC re-validation, truncation of torn tails, index rebuild). The marker is
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from odradek.storage import retention
@@ -42,6 +43,15 @@ from odradek.storage.names import parse_partition_dir_name, partition_dir_name
 from odradek.storage.timestamps import Decompress
 
 DELETE_DIR_SUFFIX = "-delete"
+MAX_DIR_NAME_BYTES = 255
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """`<topic>-<partition>.<uuid>-delete`, the topic shortened so the name fits a file-name
+    component (255 bytes), as Kafka's LocalLog.logDeleteDirName does for topics of up to 249
+    characters. Only `-delete` matters when the dir is found at start; the rest is for people."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[:MAX_DIR_NAME_BYTES - len(suffix)] + suffix
 
 
 class LogManager:
@@ -149,21 +159,54 @@ class LogManager:
         self._dir_of[tp] = log_dir
         return log
 
-    def delete_log(self, topic: str, partition: int, now_ms: int) -> bool:
+    def delete_log(self, topic: str, partition: int, now_ms: int, *, sync: bool = True) -> bool:
         """Remove a partition: its directory is renamed `<name>.<uuid>-delete` at once (so a restart
-        never loads it) and removed after file.delete.delay.ms (open file slices stay readable)."""
+        never loads it) and removed after file.delete.delay.ms (open file slices stay readable).
+        With sync=False the log dir is not fsynced here: a caller removing many logs fsyncs each
+        log dir (`log_dir_of` before the call) once, before it relies on the renames."""
         tp = (topic, partition)
         log = self._logs.pop(tp, None)
         if log is None:
             return False
         log_dir = self._dir_of.pop(tp)
-        doomed = log_dir / f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        log.dir.rename(doomed)
-        fsync_dir(log_dir)
+        doomed = log_dir / delete_dir_name(topic, partition)
+        try:
+            log.dir.rename(doomed)
+        except OSError:
+            self._logs[tp] = log
+            self._dir_of[tp] = log_dir
+            raise
+        if sync:
+            fsync_dir(log_dir)
         self._deleting.append((now_ms + log.config.file_delete_delay_ms, log, doomed))
         if log.config.file_delete_delay_ms == 0:
             self._remove_deleted_dirs(now_ms)
         return True
+
+    @staticmethod
+    def delete_topic_dirs(log_dirs: Iterable[str | Path], topics: set[str]) -> int:
+        """Before `open`: rename every partition directory of these topics to a `-delete` name and
+        fsync each log dir, so `open` never loads (or recovers) them and removes them instead.
+        Returns how many were renamed."""
+        renamed = 0
+        for log_dir in map(Path, log_dirs):
+            if not log_dir.is_dir():
+                continue
+            touched = False
+            for entry in log_dir.iterdir():
+                if not entry.is_dir() or entry.name.endswith(DELETE_DIR_SUFFIX):
+                    continue
+                try:
+                    topic, partition = parse_partition_dir_name(entry.name)
+                except InvalidTopicError:
+                    continue
+                if topic in topics:
+                    entry.rename(log_dir / delete_dir_name(topic, partition))
+                    touched = True
+                    renamed += 1
+            if touched:
+                fsync_dir(log_dir)
+        return renamed
 
     def _remove_deleted_dirs(self, now_ms: int) -> None:
         keep = []

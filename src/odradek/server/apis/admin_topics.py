@@ -17,6 +17,14 @@ Differences from Kafka, on purpose:
   no topic will ever have).
 - Results come in request order (Kafka's DeleteTopics shuffles them).
 Internal topics can be deleted by DeleteTopics, as in Kafka (kafka-topics.sh refuses on its side).
+
+The changes themselves are the controller's (`cluster/controller.py`), one at a time under the
+broker's controller lock, each recorded with one atomic store write: a crash leaves every topic absent
+or complete, and a failed write (a full disk) is answered with KAFKA_STORAGE_ERROR per topic. Bounds
+are Kafka's: a CreateTopics asking for more than 10,000 partitions is refused whole (POLICY_VIOLATION,
+"Excessively large number of partitions per request."); CreatePartitions adds at most 10,000
+partitions and DeleteTopics deletes at most 10,000 topics per request ("Unable to perform excessively
+large batch operation.").
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ import logging
 from collections import Counter
 from typing import NoReturn
 
-from odradek.cluster.topics import INTERNAL_TOPICS, assign_replicas, validate_topic_name
+from odradek.cluster.controller import EXCESSIVE_BATCH, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST, \
+    requested_partitions
+from odradek.cluster.topics import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, TopicInfo, validate_topic_name
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import create_partitions as cp
@@ -34,87 +44,21 @@ from odradek.protocol.messages import delete_topics as dt
 from odradek.protocol.messages import describe_topic_partitions as dtp
 from odradek.server.apis.admin_cluster import TOPIC_OPERATIONS, authorized_operations
 from odradek.server.config import ConfigError, TopicConfig
+from odradek.server.slices import Slices
 
 log = logging.getLogger("odradek.admin")
-
-CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
 def _fail(code: ErrorCode, message: str | None = None) -> NoReturn:
     raise KafkaApiError(code, message)
 
 
-# ------------------------------------------------------------------------------------------ assignment
-def check_manual_assignment(broker, replicas: list[int], replication_factor: int | None) -> None:
-    """ReplicationControlManager.validateManualPartitionAssignment."""
-    if not replicas:
-        _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-              "The manual partition assignment includes an empty replica list.")
-    live = broker.live_broker_ids()
-    previous = None
-    for broker_id in sorted(replicas):
-        if broker_id not in live:
-            _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The manual partition assignment includes broker "
-                                                        f"{broker_id}, but no such broker is registered.")
-        if broker_id == previous:
-            _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                  f"The manual partition assignment includes the broker {previous} more than once.")
-        previous = broker_id
-    if replication_factor is not None and len(replicas) != replication_factor:
-        _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-              f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
-              f"this is not consistent with previous partitions, which have {replication_factor} replica(s).")
-
-
-def place_replicas(broker, partitions: int, replication_factor: int, first_partition: int = 0):
-    brokers = sorted(broker.live_broker_ids())
-    if replication_factor > len(brokers):
-        _fail(ErrorCode.INVALID_REPLICATION_FACTOR,
-              f"Unable to replicate the partition {replication_factor} time(s): The target replication "
-              f"factor of {replication_factor} cannot be reached because only {len(brokers)} broker(s) "
-              f"are registered.")
-    return assign_replicas(brokers, partitions, replication_factor, first_partition=first_partition)
-
-
 # ------------------------------------------------------------------------------------------ CreateTopics
-def _planned_assignment(broker, topic: ct.CreatableTopic) -> dict[int, list[int]]:
-    if topic.assignments:
-        if topic.replication_factor != -1:
-            _fail(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but replication "
-                                             "factor was not set to -1.")
-        if topic.num_partitions != -1:
-            _fail(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but numPartitions "
-                                             "was not set to -1.")
-        assignment: dict[int, list[int]] = {}
-        replication_factor = None
-        for a in topic.assignments:
-            if a.partition_index in assignment:
-                _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                      f"Found multiple manual partition assignments for partition {a.partition_index}")
-            check_manual_assignment(broker, list(a.broker_ids), replication_factor)
-            replication_factor = len(a.broker_ids)
-            assignment[a.partition_index] = list(a.broker_ids)
-        if any(i not in assignment for i in range(len(assignment))):
-            _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "partitions should be a consecutive 0-based integer sequence")
-        return assignment
-    if topic.replication_factor < -1 or topic.replication_factor == 0:
-        _fail(ErrorCode.INVALID_REPLICATION_FACTOR,
-              "Replication factor must be larger than 0, or -1 to use the default value.")
-    if topic.num_partitions < -1 or topic.num_partitions == 0:
-        _fail(ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value.")
-    partitions = broker.config.get("num.partitions") if topic.num_partitions == -1 else topic.num_partitions
-    factor = broker.config.get("default.replication.factor") if topic.replication_factor == -1 \
-        else topic.replication_factor
-    return place_replicas(broker, partitions, factor)
-
-
-def _create_one(broker, topic: ct.CreatableTopic, validate_only: bool, version: int) -> ct.CreatableTopicResult:
-    name = topic.name
-    reason = validate_topic_name(name)
-    if reason is not None:
-        _fail(ErrorCode.INVALID_TOPIC_EXCEPTION, reason)
-    if broker.topics.get(name) is not None:
-        _fail(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+def _plan_one(broker, topic: ct.CreatableTopic) -> tuple[TopicInfo, TopicConfig]:
+    """The controller's checks in Kafka's order: name, existence, configs, then partitions and
+    placement. The topic's name stays reserved until the request is done."""
+    controller = broker.controller
+    controller.check_new_name(topic.name)
     nulls = [c.name for c in topic.configs if c.value is None]
     if nulls:
         _fail(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {','.join(nulls)}")
@@ -123,47 +67,88 @@ def _create_one(broker, topic: ct.CreatableTopic, validate_only: bool, version: 
         effective = TopicConfig.resolve(configs, broker.config)
     except ConfigError as e:
         _fail(ErrorCode.INVALID_CONFIG, str(e))
-    assignment = _planned_assignment(broker, topic)
-    info, error, message = broker.create_topic(name, -1, -1, configs, assignment=assignment,
-                                               validate_only=validate_only)
-    if error != ErrorCode.NONE:
-        _fail(error, message)
-    result = ct.CreatableTopicResult(name=name, topic_id=info.topic_id if info is not None else ZERO_UUID,
+    assignments = [(a.partition_index, list(a.broker_ids)) for a in topic.assignments] or None
+    info = controller.plan_topic(topic.name, topic.num_partitions, topic.replication_factor, assignments,
+                                 configs, broker.live_broker_ids(), broker.topic_defaults())
+    return info, effective
+
+
+def _created(info: TopicInfo, effective: TopicConfig, validate_only: bool, version: int) -> ct.CreatableTopicResult:
+    result = ct.CreatableTopicResult(name=info.name, topic_id=ZERO_UUID if validate_only else info.topic_id,
                                      error_code=ErrorCode.NONE, error_message=None)
     if version >= 5:
-        result.num_partitions = len(assignment)
-        result.replication_factor = len(assignment[0])
+        result.num_partitions = len(info.partitions)
+        result.replication_factor = info.replication_factor
         result.configs = [ct.CreatableTopicConfigs(
             name=e.name, value=None if e.sensitive else e.value_string, read_only=e.read_only,
             config_source=int(e.source), is_sensitive=e.sensitive) for e in effective.describe()]
     return result
 
 
+def _error(name: str, e: KafkaApiError) -> ct.CreatableTopicResult:
+    return ct.CreatableTopicResult(name=name, error_code=e.code, error_message=e.detail)
+
+
+async def _create(broker, candidates: list[ct.CreatableTopic], results: dict, validate_only: bool,
+                  version: int) -> None:
+    """Plan every candidate, then create the planned ones together; fills `results`."""
+    async with broker.controller_lock:
+        await broker.retry_pending_deletions()
+        planned = []
+        slices = Slices()
+        try:
+            for topic in candidates:
+                await slices.pause()
+                try:
+                    planned.append(_plan_one(broker, topic))
+                except KafkaApiError as e:
+                    results[topic.name] = _error(topic.name, e)
+            if planned and not validate_only:
+                await broker.create_topics([info for info, _ in planned])
+        except KafkaApiError as e:
+            for info, _ in planned:
+                results[info.name] = _error(info.name, e)
+            planned = []
+        finally:
+            broker.controller.release(info.name for info, _ in planned)
+        for info, effective in planned:
+            results[info.name] = _created(info, effective, validate_only, version)
+
+
 async def handle_create_topics(ctx, request: ct.CreateTopicsRequest) -> ct.CreateTopicsResponse:
+    broker = ctx.broker
     v = ctx.api_version
     validate_only = request.validate_only if v >= 1 else False
     counts = Counter(t.name for t in request.topics)
-    reported: set[str] = set()
-    results = []
+    results: dict[str, ct.CreatableTopicResult | None] = {}
+    candidates: list[ct.CreatableTopic] = []
     for topic in request.topics:
-        if topic.name in reported:
+        if topic.name in results:
             continue
-        reported.add(topic.name)
-        try:
-            if counts[topic.name] > 1:
-                _fail(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
-            if topic.name == CLUSTER_METADATA_TOPIC:
-                _fail(ErrorCode.INVALID_REQUEST, f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")
-            results.append(_create_one(ctx.broker, topic, validate_only, v))
-        except KafkaApiError as e:
-            results.append(ct.CreatableTopicResult(name=topic.name, error_code=e.code, error_message=e.detail))
-    return ct.CreateTopicsResponse(throttle_time_ms=0, topics=results)
+        results[topic.name] = None
+        if counts[topic.name] > 1:
+            results[topic.name] = _error(topic.name, KafkaApiError(ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+        elif topic.name == CLUSTER_METADATA_TOPIC:
+            results[topic.name] = _error(topic.name, KafkaApiError(
+                ErrorCode.INVALID_REQUEST, f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."))
+        else:
+            candidates.append(topic)
+    default_partitions = broker.topic_defaults()[0]
+    total = sum(requested_partitions(t.num_partitions, len(t.assignments), default_partitions) for t in candidates)
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        # Kafka's controller refuses the whole request before looking at any topic.
+        for topic in candidates:
+            results[topic.name] = _error(topic.name, KafkaApiError(ErrorCode.POLICY_VIOLATION, EXCESSIVE_PARTITIONS))
+        candidates = []
+    if candidates:
+        await broker.controller_call(_create, broker, candidates, results, validate_only, v)
+    return ct.CreateTopicsResponse(throttle_time_ms=0, topics=list(results.values()))
 
 
 # ------------------------------------------------------------------------------------------ DeleteTopics
 def _deletion_plan(broker, entries: list[tuple[str | None, object]]) -> list:
-    """One item per answer, in request order: a DeletableTopicResult for a rejected entry, or
-    (topic_id, name) for a topic to delete. The checks are ControllerApis.deleteTopics'."""
+    """One item per answer, in request order: a DeletableTopicResult for a rejected entry, or the
+    TopicInfo of a topic to delete. The checks are ControllerApis.deleteTopics'."""
     plan: list = []
 
     def reject(name, topic_id, code, message=None):
@@ -204,8 +189,29 @@ def _deletion_plan(broker, entries: list[tuple[str | None, object]]) -> list:
                    "The provided topic name maps to an ID that was already supplied.")
         else:
             targets[info.topic_id] = len(plan)
-            plan.append((info.topic_id, info.name))
+            plan.append(info)
     return [item for item in plan if item is not None]
+
+
+def _deleted(info: TopicInfo, error: KafkaApiError | None) -> dt.DeletableTopicResult:
+    if error is None:
+        return dt.DeletableTopicResult(name=info.name, topic_id=info.topic_id, error_code=ErrorCode.NONE,
+                                       error_message=None)
+    return dt.DeletableTopicResult(name=info.name, topic_id=info.topic_id, error_code=error.code,
+                                   error_message=error.detail)
+
+
+async def _delete(broker, entries: list) -> tuple[list, KafkaApiError | None]:
+    async with broker.controller_lock:
+        await broker.retry_pending_deletions()
+        plan = _deletion_plan(broker, entries)
+        doomed = [item for item in plan if isinstance(item, TopicInfo)]
+        if doomed:
+            try:
+                await broker.delete_topics(doomed)
+            except KafkaApiError as e:
+                return plan, e
+        return plan, None
 
 
 async def handle_delete_topics(ctx, request: dt.DeleteTopicsRequest) -> dt.DeleteTopicsResponse:
@@ -220,63 +226,60 @@ async def handle_delete_topics(ctx, request: dt.DeleteTopicsRequest) -> dt.Delet
         return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=[
             dt.DeletableTopicResult(name=n, topic_id=i, error_code=code, error_message="Topic deletion is disabled.")
             for n, i in entries])
-    results = []
-    for item in _deletion_plan(broker, entries):
-        if isinstance(item, tuple):
-            topic_id, name = item
-            broker.delete_topic(name)
-            item = dt.DeletableTopicResult(name=name, topic_id=topic_id, error_code=ErrorCode.NONE,
-                                           error_message=None)
-        results.append(item)
+    if len(entries) > MAX_PARTITIONS_PER_REQUEST:
+        # Kafka's controller writes one record per topic and refuses more than 10,000 records.
+        return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=[
+            dt.DeletableTopicResult(name=n, topic_id=i, error_code=ErrorCode.POLICY_VIOLATION,
+                                    error_message=EXCESSIVE_BATCH) for n, i in entries])
+    plan, error = await broker.controller_call(_delete, broker, entries)
+    results = [_deleted(item, error) if isinstance(item, TopicInfo) else item for item in plan]
     return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
 
 # ------------------------------------------------------------------------------------------ CreatePartitions
-def _add_partitions(broker, topic: cp.CreatePartitionsTopic, validate_only: bool) -> None:
-    info = broker.topics.get(topic.name)
-    if info is None:
-        _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-    current = len(info.partitions)
-    if topic.count == current:
-        _fail(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
-    if topic.count < current:
-        _fail(ErrorCode.INVALID_PARTITIONS, f"The topic {topic.name} currently has {current} partition(s); "
-                                            f"{topic.count} would not be an increase.")
-    additional = topic.count - current
-    if topic.assignments is not None and len(topic.assignments) != additional:
-        _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"Attempted to add {additional} additional partition(s), but "
-                                                    f"only {len(topic.assignments)} assignment(s) were specified.")
-    replication_factor = len(info.partitions[min(info.partitions)].replicas)
-    if topic.assignments is not None:
-        assignment = {}
-        for i, a in enumerate(topic.assignments):
-            check_manual_assignment(broker, list(a.broker_ids), replication_factor)
-            assignment[current + i] = list(a.broker_ids)
-    else:
-        assignment = place_replicas(broker, additional, replication_factor, first_partition=current)
-    if not validate_only:
-        broker.add_partitions(topic.name, assignment)
+def _cp_error(name: str, e: KafkaApiError) -> cp.CreatePartitionsTopicResult:
+    # Kafka's UnknownTopicOrPartitionException there carries no message.
+    message = None if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else e.detail
+    return cp.CreatePartitionsTopicResult(name=name, error_code=e.code, error_message=message)
+
+
+async def _add_partitions(broker, topics: list[cp.CreatePartitionsTopic], validate_only: bool) -> dict:
+    counts = Counter(t.name for t in topics)
+    results: dict[str, cp.CreatePartitionsTopicResult] = {}
+    async with broker.controller_lock:
+        await broker.retry_pending_deletions()
+        plans: list[tuple[TopicInfo, TopicInfo]] = []
+        budget = MAX_PARTITIONS_PER_REQUEST
+        for topic in topics:
+            if topic.name in results:
+                continue
+            try:
+                if counts[topic.name] > 1:
+                    _fail(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
+                assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
+                new = broker.controller.plan_partitions(topic.name, topic.count, assignments, broker.live_broker_ids())
+                old = broker.topics.get(topic.name)
+                added = len(new.partitions) - len(old.partitions)
+                if added > budget:
+                    _fail(ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH)
+                budget -= added
+                plans.append((old, new))
+                results[topic.name] = cp.CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE,
+                                                                     error_message=None)
+            except KafkaApiError as e:
+                results[topic.name] = _cp_error(topic.name, e)
+        if plans and not validate_only:
+            try:
+                await broker.add_partitions(plans)
+            except KafkaApiError as e:
+                for old, _ in plans:
+                    results[old.name] = _cp_error(old.name, e)
+    return results
 
 
 async def handle_create_partitions(ctx, request: cp.CreatePartitionsRequest) -> cp.CreatePartitionsResponse:
-    counts = Counter(t.name for t in request.topics)
-    reported: set[str] = set()
-    results = []
-    for topic in request.topics:
-        if topic.name in reported:
-            continue
-        reported.add(topic.name)
-        try:
-            if counts[topic.name] > 1:
-                _fail(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
-            _add_partitions(ctx.broker, topic, request.validate_only)
-            results.append(cp.CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE,
-                                                          error_message=None))
-        except KafkaApiError as e:
-            # Kafka's UnknownTopicOrPartitionException there carries no message.
-            message = None if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else e.detail
-            results.append(cp.CreatePartitionsTopicResult(name=topic.name, error_code=e.code, error_message=message))
-    return cp.CreatePartitionsResponse(throttle_time_ms=0, results=results)
+    results = await ctx.broker.controller_call(_add_partitions, ctx.broker, request.topics, request.validate_only)
+    return cp.CreatePartitionsResponse(throttle_time_ms=0, results=list(results.values()))
 
 
 # ------------------------------------------------------------------------------------------ DescribeTopicPartitions

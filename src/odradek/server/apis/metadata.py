@@ -2,17 +2,30 @@
 (seed 003, "Metadata API"; seed 004, "Metadata API" and "Partitioning and bootstrapping").
 
 Topics named in the request that do not exist are created when both `auto.create.topics.enable` and the
-request's allow_auto_topic_creation (v4+; always true before) say so, with `num.partitions` and
-`default.replication.factor`. A null topic list (v1+) or an empty one at v0 asks for every topic.
+request's allow_auto_topic_creation (v4+; always true before) say so, as Kafka's AutoTopicCreationManager
+creates them: `num.partitions` and `default.replication.factor`, except the internal topics, which get
+their own partition counts and compacted configs (`__consumer_offsets`: offsets.topic.*,
+`__transaction_state`: transaction.state.log.*; the replication factor at most the live brokers, as
+FindCoordinator creates the offsets topic). `__cluster_metadata` is never created: Kafka's controller
+refuses it and the Metadata response says UNKNOWN_TOPIC_OR_PARTITION. One request creates at most
+10,000 partitions (Kafka's controller bound); topics past that are answered UNKNOWN_TOPIC_OR_PARTITION,
+retriable, and created by a later request. All topics of a request are recorded with one store write.
+
+A null topic list (v1+) or an empty one at v0 asks for every topic. Topics come from the broker's image;
+only auto-creation waits for the controller.
 """
 
 from __future__ import annotations
 
-from odradek.cluster.topics import validate_topic_name
-from odradek.server.apis.admin_cluster import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
+from odradek.cluster.controller import MAX_PARTITIONS_PER_REQUEST
+from odradek.cluster.topics import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, OFFSETS_TOPIC, \
+    TRANSACTION_STATE_TOPIC, TopicInfo, validate_topic_name
 from odradek.protocol.codec import ZERO_UUID
-from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import metadata as m
+from odradek.server.apis.admin_cluster import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
+from odradek.server.config import ConfigError, TopicConfig
+from odradek.server.slices import Slices
 
 
 def partition_metadata(info, broker) -> list[m.MetadataResponsePartition]:
@@ -52,7 +65,9 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
     cluster_ops = UNSET_OPERATIONS
     if 8 <= v <= 10 and request.include_cluster_authorized_operations:
         cluster_ops = authorized_operations(ctx, CLUSTER_OPERATIONS)
-    out = []
+    out: list = []
+    to_create: dict[str, list[int]] = {}     # name -> its places in `out`
+    may_create = allow_create and broker.config.get("auto.create.topics.enable")
     for name, topic_id in wanted:
         if name is None:
             info = broker.topic_by_id(topic_id)
@@ -67,15 +82,88 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
                                                    topic_id=ZERO_UUID))
                 continue
             info = topics.get(name)
-            if info is None and allow_create and broker.config.get("auto.create.topics.enable"):
-                info, error = await broker.auto_create_topic(name)
-                if info is None:
-                    out.append(m.MetadataResponseTopic(error_code=error, name=name))
-                    continue
             if info is None:
-                out.append(m.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name))
+                if may_create:
+                    to_create.setdefault(name, []).append(len(out))
+                out.append(m.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
+                                                   is_internal=name in INTERNAL_TOPICS))
                 continue
         out.append(topic_metadata(info, broker, topic_ops))
+    if to_create:
+        created = await broker.controller_call(auto_create_topics, broker, list(to_create))
+        for name, (info, error) in created.items():
+            for place in to_create[name]:
+                out[place] = topic_metadata(info, broker, topic_ops) if info is not None else \
+                    m.MetadataResponseTopic(error_code=error, name=name, is_internal=name in INTERNAL_TOPICS)
     return m.MetadataResponse(
         throttle_time_ms=0, brokers=broker.broker_metadata(ctx.connection), cluster_id=broker.cluster_id,
         controller_id=broker.controller_id, topics=out, cluster_authorized_operations=cluster_ops)
+
+
+# ------------------------------------------------------------------------------------------ auto-creation
+def creation_spec(name: str, config) -> tuple[int, int, dict[str, str]]:
+    """(partitions, replication factor, configs) of an auto-created topic (AutoTopicCreationManager:
+    the group and transaction coordinators' own topic configs for the internal topics)."""
+    if name == OFFSETS_TOPIC:
+        return (config.get("offsets.topic.num.partitions"), config.get("offsets.topic.replication.factor"),
+                {"cleanup.policy": "compact", "compression.type": "producer",
+                 "segment.bytes": str(config.get("offsets.topic.segment.bytes"))})
+    if name == TRANSACTION_STATE_TOPIC:
+        return (config.get("transaction.state.log.num.partitions"),
+                config.get("transaction.state.log.replication.factor"),
+                {"unclean.leader.election.enable": "false", "compression.type": "uncompressed",
+                 "cleanup.policy": "compact", "min.insync.replicas": str(config.get("transaction.state.log.min.isr")),
+                 "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))})
+    return -1, -1, {}
+
+
+async def auto_create_topics(broker, names: list[str]) -> dict[str, tuple[TopicInfo | None, ErrorCode]]:
+    """Create the missing topics a Metadata request names, as far as the request's bound allows."""
+    out: dict[str, tuple[TopicInfo | None, ErrorCode]] = {}
+    controller = broker.controller
+    live = broker.live_broker_ids()
+    async with broker.controller_lock:
+        await broker.retry_pending_deletions()
+        budget = MAX_PARTITIONS_PER_REQUEST
+        planned: list[TopicInfo] = []
+        slices = Slices()
+        try:
+            for name in names:
+                await slices.pause()
+                existing = broker.topics.get(name)
+                if existing is not None:     # created while this request waited for the controller
+                    out[name] = (existing, ErrorCode.NONE)
+                    continue
+                if name == CLUSTER_METADATA_TOPIC:
+                    out[name] = (None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                partitions, factor, configs = creation_spec(name, broker.config)
+                if name in INTERNAL_TOPICS:
+                    factor = min(factor, len(live))
+                if (partitions if partitions > 0 else broker.topic_defaults()[0]) > budget:
+                    out[name] = (None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                try:
+                    TopicConfig.resolve(configs, broker.config)
+                    info = controller.plan_topic(name, partitions, factor, None, configs, live, broker.topic_defaults())
+                except ConfigError:
+                    out[name] = (None, ErrorCode.INVALID_CONFIG)
+                    continue
+                except KafkaApiError as e:
+                    # A name being created right now: Kafka's answer for a creation under way.
+                    out[name] = (None, ErrorCode.LEADER_NOT_AVAILABLE if e.code == ErrorCode.TOPIC_ALREADY_EXISTS
+                                 else e.code)
+                    continue
+                budget -= len(info.partitions)
+                planned.append(info)
+            if planned:
+                await broker.create_topics(planned)
+        except KafkaApiError as e:
+            for info in planned:
+                out[info.name] = (None, e.code)
+            planned = []
+        finally:
+            controller.release(info.name for info in planned)
+    for info in planned:
+        out[info.name] = (broker.topics.get(info.name), ErrorCode.NONE)
+    return out
