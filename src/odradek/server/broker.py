@@ -1,67 +1,60 @@
-"""The broker: configuration, log manager, metadata, partitions, listeners, and their lifecycle.
+"""The broker: it builds its collaborators, starts them in order, serves its listeners and stops them
+(DESIGN, "Layers", "How data flows" and "Metadata and the cluster").
 
-DESIGN, "How data flows" and "Metadata and the cluster". In embedded mode (the default for
-`odradek serve`) the broker is its own controller (`cluster/controller.py`): the controller decides and
-records topic changes in the embedded store; the broker applies them to its logs and, as a LeaderAndIsr
-for the partitions it hosts, to its replica manager, then publishes them in its metadata image
-(`metadata_cache.py`), which is all that request handlers read.
+Collaborators, and who owns what:
+- `metadata` (`metadata_cache.py`): the immutable image handlers read: cluster id, live brokers and
+  their endpoints, topics, this broker's effective config;
+- `replica_manager` (`replica_manager.py`): the partitions hosted here, their logs, the high
+  watermark, delayed produce and fetch;
+- `controller` (`embedded_controller.py`): in embedded mode (the default for `odradek serve`) the
+  broker is its own controller: the cluster controller (`cluster/controller.py`) decides and records
+  changes in the embedded store, and this channel applies them here (logs, LeaderAndIsr to the replica
+  manager, the image);
+- `coordinators` (`coordinators.py`): the group coordinator runtime over `__consumer_offsets`;
+- `workers`: the bounded worker pool; `dispatcher` and the listeners: the network side.
+Request handlers get these as a typed context (`context.py`), never the broker itself; `ctx.broker`
+remains only for the handlers not yet moved (Produce, until its branch lands).
 
-The broker wires and runs its collaborators; request handlers get them as a typed context
-(`context.py`), never the broker itself (but for the handlers not yet migrated, through `ctx.broker`).
-
-Topic changes, and what a crash (kill -9) at any point leaves:
-- creation: logs are created first (in slices, so the event loop keeps serving), then every node of
-  the request's topics is written in one multi (on the worker pool), then partitions are opened and the
-  topics published. Before the write: the topics are absent and their empty logs are strays, removed
-  at the next start. After it: the topics are complete and missing logs are created at start.
-- deletion: the deletion is recorded (`/admin/delete_topics/<t>`) and the topics leave the image, then
-  their logs are removed and the log dirs fsynced once, then the topics' nodes are removed. A marked
-  deletion is completed at the next start before any partition is opened: a deleted topic never
-  returns.
-A failed store or log-dir write (ENOSPC, EIO) is answered with KAFKA_STORAGE_ERROR per topic and leaves
-nothing behind, so every name can be created once space returns. Controller changes run one at a time
-(`controller_lock`); requests that only read the image never wait for them.
+Start order: store and controller, finished deletions, the log manager, partitions opened and
+published, the ISR expiration task, the coordinators, then the listeners, and the broker registered
+with its bound endpoints. Stop: listeners, controller changes under way, periodic work, coordinators,
+replica manager, logs, store, worker pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Callable
 
 from odradek.cluster.controller import Controller
-from odradek.cluster.store import Create, EmbeddedStore, Op, SetData, StoreError
-from odradek.cluster.topics import TopicImage, TopicInfo
+from odradek.cluster.store import EmbeddedStore
+from odradek.cluster.topics import TopicInfo
 from odradek.coordinator.runtime import GroupCoordinator
-from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.headers import RequestHeader
-from odradek.protocol.messages import metadata as metadata_msgs
 from odradek.server.apis import HANDLERS
 from odradek.server.apis.api_versions import supported
-from odradek.server.config import BrokerConfig, ConfigError, Endpoint, TopicConfig
+from odradek.server.config import BrokerConfig, Endpoint, TopicConfig
 from odradek.server.context import RequestContext, Services
 from odradek.server.coordinators import Coordinators
 from odradek.server.dispatch import Dispatcher
+from odradek.server.embedded_controller import EmbeddedController, log_config
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache, MetadataImage
 from odradek.server.network import Connection, Listener, RequestPool
-from odradek.server.partition import LeaderAndIsrState, Partition, PartitionLog
-from odradek.server.purgatory import Purgatory
+from odradek.server.partition import Partition, PartitionLog
 from odradek.server.replica_manager import ReplicaManager
-from odradek.server.slices import Slices, run_now, run_sliced
 from odradek.server.workers import WorkerPool
-from odradek.storage.checkpoints import fsync_dir
 from odradek.storage.config import LogConfig, LogManagerConfig
-from odradek.storage.errors import StorageError
 from odradek.storage.manager import LogManager
 
 log = logging.getLogger("odradek.broker")
-T = TypeVar("T")
 
+CLUSTER_ID_PATH = "/cluster/id"
 
 
 def wall_clock_ms() -> int:
@@ -109,15 +102,11 @@ class Broker:
         self.workers = WorkerPool(config.get("num.io.threads"), queue_max=config.get("queued.max.requests"))
         self.request_pool = RequestPool(self._queued_bytes_limit(), config.get("queued.max.requests"))
         self.dispatcher = Dispatcher(self.request_context, HANDLERS, self.workers)
-        self._periodic: asyncio.Task | None = None
+        self._periodic: asyncio.Task[None] | None = None
         self.logs: LogManager | None = None
         self.store: EmbeddedStore | None = None
-        self.controller: Controller | None = None
-        # One controller change at a time (Kafka's controller is one event queue); readers never wait.
-        self.controller_lock = asyncio.Lock()
-        self._controller_tasks: set[asyncio.Task] = set()
-        self._producer_id_lock = asyncio.Lock()
-        self.coordinators = Coordinators(self.broker_id, self.replica_manager, self.metadata, self, clock)
+        self.controller: EmbeddedController | None = None
+        self.coordinators: Coordinators | None = None
         self.services: Services | None = None
 
     # ----------------------------------------------------------------------------- collaborators
@@ -130,12 +119,8 @@ class Broker:
         return self.metadata.image.cluster_id
 
     @property
-    def purgatory(self) -> Purgatory:
-        return self.replica_manager.purgatory
-
-    @property
     def group_coordinator(self) -> GroupCoordinator | None:
-        return self.coordinators.group
+        return self.coordinators.group if self.coordinators is not None else None
 
     def request_context(self, connection: Connection | None, header: RequestHeader) -> RequestContext:
         """The context a handler gets for one request (the dispatcher's factory)."""
@@ -143,18 +128,15 @@ class Broker:
         listener = self._listener_names.get(connection.listener) if connection is not None else None
         return RequestContext(self.services, header, connection, listener)
 
-    def _publish(self, names: Iterable[str]) -> None:
-        """The controller's view of these topics (made durable) becomes the broker's image."""
-        assert self.controller is not None
-        put, gone = [], []
-        for name in names:
-            info = self.controller.image.get(name)
-            if info is None:
-                gone.append(name)
-            else:
-                put.append(info)
-        image = self.metadata.image
-        self.metadata.update(image.with_topics(put).without_topics(gone) if gone else image.with_topics(put))
+    # For the Produce handler until it moves onto the typed context (its branch is open).
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.replica_manager.get_partition(topic, index)
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        return self.metadata.topic_config(topic)
+
+    def topic_by_id(self, topic_id: Any) -> TopicInfo | None:
+        return self.metadata.topic_by_id(topic_id)
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -162,29 +144,33 @@ class Broker:
         dirs = self.config.log_dirs
         for d in dirs:
             os.makedirs(d, exist_ok=True)
-        self.store = EmbeddedStore.open(dirs[0])
-        self.controller = Controller(self.store, self.broker_id)
-        pending_deletions = self.controller.start()
-        self.metadata.update(self.metadata.image.with_cluster_id(self._cluster_id()))
-        self._load_dynamic_broker_configs()
+        store = self.store = EmbeddedStore.open(dirs[0])
+        cluster = Controller(store, self.broker_id)
+        pending_deletions = cluster.start()
+        config = EmbeddedController.load_dynamic_broker_configs(store, self.broker_id, self.config)
+        self.metadata.update(self.metadata.image.with_cluster_id(_cluster_id(store)).with_config(config))
         if pending_deletions:
-            self._finish_deletions_at_start(pending_deletions)
-        self.logs = LogManager.open(self._log_manager_config(), now_ms=now,
-                                    config_for_topic=self.log_config_for)
-        self.local_logs.manager = self.logs
-        self.logs.ensure_meta_properties(self.broker_id, self.cluster_id)
-        self._remove_stray_logs(now)
-        names = self.topics.names()
-        for name in names:
-            run_now(self._open_partitions(self.topics.get(name), now))
-        self._publish(names)
+            EmbeddedController.finish_deletions_at_start(cluster, self.config.log_dirs, pending_deletions)
+        logs = self.logs = LogManager.open(self._log_manager_config(), now_ms=now, config_for_topic=self.log_config_for)
+        self.local_logs.manager = logs
+        logs.ensure_meta_properties(self.broker_id, self.cluster_id)
+        controller = self.controller = EmbeddedController(
+            self.broker_id, store, cluster, logs, self.replica_manager, self.metadata, self.workers, self.clock)
+        self.replica_manager.alter_partition = controller
+        controller.open_all(now)
         await self.replica_manager.start()
-        await self.coordinators.start()
+        coordinators = self.coordinators = Coordinators(
+            self.broker_id, self.replica_manager, self.metadata, controller, self.clock)
+        await coordinators.start()
         self.services = Services(
             broker_id=self.broker_id, clock=self.clock, metadata=self.metadata,
-            replica_manager=self.replica_manager, coordinators=self.coordinators, controller=self,
-            log_dirs=self.logs, workers=self.workers, fetch_sessions=self.fetch_sessions,
+            replica_manager=self.replica_manager, coordinators=coordinators, controller=controller,
+            log_dirs=logs, workers=self.workers, fetch_sessions=self.fetch_sessions,
             api_versions=self.api_versions, broker=self)
+        await self._start_listeners()
+        self._periodic = asyncio.get_running_loop().create_task(self._run_periodic(logs))
+
+    async def _start_listeners(self) -> None:
         for ep in self.config.listeners:
             listener = Listener(
                 self.dispatcher,
@@ -199,30 +185,17 @@ class Broker:
             self.bound_ports[ep.listener_name] = port
             self.listeners.append((listener, ep))
             self._listener_names[listener] = ep.listener_name
-        self._publish_registration()
-        self._periodic = asyncio.get_running_loop().create_task(self._run_periodic())
-
-    def _queued_bytes_limit(self) -> int:
-        """`queued.max.request.bytes`; Kafka's -1 (no pool) is 100 MiB here: a broker always bounds
-        the memory its requests hold. Never below one request of `socket.request.max.bytes`."""
-        limit = self.config.get("queued.max.request.bytes")
-        limit = limit if limit and limit > 0 else 100 * 1024 * 1024
-        return max(limit, self.config.get("socket.request.max.bytes"))
-
-    def _publish_registration(self) -> None:
-        """This broker, with its advertised endpoints, is the one live broker of the image."""
+        # This broker, with its advertised endpoints, is the one live broker of the image.
         endpoints = tuple(BrokerEndpoint(ep.listener_name, *self._advertised(ep)) for _, ep in self.listeners)
         me = BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
         self.metadata.update(self.metadata.image.with_brokers({self.broker_id: me}, self.controller_id))
 
-    def _cluster_id(self) -> str:
-        assert self.store is not None
-        path = "/cluster/id"
-        if self.store.exists(path):
-            return self.store.get(path)[0]["id"]
-        cid = _new_cluster_id()
-        self.store.create(path, {"version": "1", "id": cid})
-        return cid
+    def _queued_bytes_limit(self) -> int:
+        """`queued.max.request.bytes`; Kafka's -1 (no pool) is 100 MiB here: a broker always bounds
+        the memory its requests hold. Never below one request of `socket.request.max.bytes`."""
+        limit: int = self.config.get("queued.max.request.bytes")
+        limit = limit if limit and limit > 0 else 100 * 1024 * 1024
+        return max(limit, self.config.get("socket.request.max.bytes"))
 
     def _log_manager_config(self) -> LogManagerConfig:
         c = self.config
@@ -235,18 +208,35 @@ class Broker:
             log_defaults=self.log_config_for(None),
         )
 
+    def _advertised(self, ep: Endpoint) -> tuple[str, int]:
+        for a in self.config.advertised_listeners:
+            if a.listener_name == ep.listener_name:
+                port = a.port or self.bound_ports.get(ep.listener_name, ep.port)
+                return a.host or "localhost", port
+        return ep.host or "localhost", self.bound_ports.get(ep.listener_name, ep.port)
+
+    def log_config_for(self, topic: str | None) -> LogConfig:
+        return log_config(self.metadata.topic_config(topic))
+
+    def _new_log_config(self, topic: str) -> LogConfig:
+        """A new log's config: its topic as the controller has it (the image may not show it yet)."""
+        info = self.controller.controller.image.get(topic) if self.controller is not None else None
+        return log_config(TopicConfig.resolve(info.configs, self.config)) if info is not None \
+            else self.log_config_for(topic)
+
     async def aclose(self) -> None:
         for listener, _ in self.listeners:
             await listener.aclose()
-        if self._controller_tasks:     # changes under way finish before the logs close
-            await asyncio.gather(*self._controller_tasks, return_exceptions=True)
+        if self.controller is not None:     # changes under way finish before the logs close
+            await self.controller.aclose()
         if self._periodic is not None:
             self._periodic.cancel()
             try:
                 await self._periodic
             except asyncio.CancelledError:
                 pass
-        await self.coordinators.aclose()
+        if self.coordinators is not None:
+            await self.coordinators.aclose()
         await self.replica_manager.aclose()
         if self.logs is not None:
             self.logs.close(self.clock())
@@ -255,353 +245,19 @@ class Broker:
             self.store.close()
         self.workers.close()
 
-    async def _run_periodic(self) -> None:
+    async def _run_periodic(self, logs: LogManager) -> None:
         while True:
             await asyncio.sleep(0.1)
             try:
-                self.logs.run_periodic(self.clock())
+                logs.run_periodic(self.clock())
             except Exception:
                 log.exception("periodic log maintenance failed")
 
-    # ----------------------------------------------------------------------------- topics (reads)
-    @property
-    def topics(self) -> TopicImage:
-        """The controller's topic image, for the controller's own planning (admin_topics, metadata
-        auto-creation); handlers otherwise read the metadata image."""
-        assert self.controller is not None
-        return self.controller.image
 
-    def topic_config(self, topic: str) -> TopicConfig:
-        return self.metadata.topic_config(topic)
-
-    def log_config_for(self, topic: str | None) -> LogConfig:
-        return _log_config(self.metadata.topic_config(topic))
-
-    def _new_log_config(self, topic: str) -> LogConfig:
-        """A new log's config: its topic as the controller has it (the image may not show it yet)."""
-        info = self.controller.image.get(topic) if self.controller is not None else None
-        return _log_config(TopicConfig.resolve(info.configs, self.config)) if info is not None \
-            else self.log_config_for(topic)
-
-    def topic_by_id(self, topic_id: Any) -> TopicInfo | None:
-        return self.metadata.topic_by_id(topic_id)
-
-    def live_broker_ids(self) -> set[int]:
-        return set(self.metadata.image.live_broker_ids())
-
-    def broker_metadata(self, connection: Connection | None) -> list:
-        """Live brokers on the connection's listener, for the handlers not yet migrated."""
-        name = self._listener_names.get(connection.listener) if connection is not None else None
-        return [metadata_msgs.MetadataResponseBroker(node_id=b.broker_id, host=e.host, port=e.port, rack=b.rack)
-                for b, e in self.metadata.image.alive_endpoints(name)]
-
-    def _advertised(self, ep: Endpoint) -> tuple[str, int]:
-        for a in self.config.advertised_listeners:
-            if a.listener_name == ep.listener_name:
-                port = a.port or self.bound_ports.get(ep.listener_name, ep.port)
-                return a.host or "localhost", port
-        return ep.host or "localhost", self.bound_ports.get(ep.listener_name, ep.port)
-
-    def partition(self, topic: str, index: int) -> Partition | None:
-        return self.replica_manager.get_partition(topic, index)
-
-    def topic_defaults(self) -> tuple[int, int]:
-        """(num.partitions, default.replication.factor): what -1 means in a creation."""
-        return self.config.get("num.partitions"), self.config.get("default.replication.factor")
-
-    # ----------------------------------------------------------------------------- topic changes
-    async def controller_call(self, change: Callable[..., Awaitable[T]], *args: object) -> T:
-        """Run a controller change (`change(*args)`, which takes `controller_lock`) as a task of the
-        broker, to its end even if the request that asked for it goes away: a client that closes its
-        connection cancels its request, and a change cut short between its store write and the image
-        would leave a topic recorded but never served. The request waits for it, shielded."""
-        task = asyncio.get_running_loop().create_task(change(*args))
-        self._controller_tasks.add(task)
-        task.add_done_callback(self._controller_tasks.discard)
-        return await asyncio.shield(task)
-
-    # The handlers plan with the controller while holding `controller_lock` and call these to apply.
-    async def create_topics(self, infos: list[TopicInfo]) -> None:
-        """Make planned topics real: logs, one store write, partitions, then the image. Raises
-        KafkaApiError(KAFKA_STORAGE_ERROR) for all of them if a write fails; nothing is left then."""
-        created: list[tuple[str, int]] = []
-        slices = Slices()
-        try:
-            try:
-                for info in infos:
-                    await run_sliced(self._create_logs(info, created), slices)
-            except (OSError, StorageError) as e:
-                raise _storage_error(f"Cannot create a log of {_names(infos)}: {_reason(e)}") from e
-            try:
-                await self.workers.run(self._commit_creations, infos)
-            except StoreError as e:
-                raise _storage_error(f"Cannot record {_names(infos)}: {e}") from e
-        except BaseException:
-            self._discard_logs(created)
-            self.controller.release(i.name for i in infos)
-            raise
-        now = self.clock()
-        for info in infos:
-            await run_sliced(self._open_partitions(info, now), slices)
-            self.controller.publish(info)
-            log.info("created topic %s with %d partition(s)", info.name, len(info.partitions))
-        self._publish(i.name for i in infos)
-
-    def _commit_creations(self, infos: list[TopicInfo]) -> None:
-        self.controller.commit(self.controller.creation_ops(infos))
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str]) -> tuple[TopicInfo | None, ErrorCode, str | None]:
-        """Create a small internal topic at once, without yielding (the offsets topic on the first
-        FindCoordinator): the same steps as `create_topics`, for callers that cannot await."""
-        try:
-            TopicConfig.resolve(configs, self.config)
-            info = self.controller.plan_topic(name, num_partitions, replication_factor, None, configs,
-                                              self.live_broker_ids(), self.topic_defaults())
-        except ConfigError as e:
-            return None, ErrorCode.INVALID_CONFIG, str(e)
-        except KafkaApiError as e:
-            return None, e.code, e.detail
-        created: list[tuple[str, int]] = []
-        try:
-            run_now(self._create_logs(info, created))
-            self._commit_creations([info])
-        except (OSError, StorageError, StoreError) as e:
-            self._discard_logs(created)
-            self.controller.release([name])
-            return None, ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot create topic {name}: {e}"
-        run_now(self._open_partitions(info, self.clock()))
-        self.controller.publish(info)
-        self._publish([name])
-        log.info("created topic %s with %d partition(s)", name, len(info.partitions))
-        return info, ErrorCode.NONE, None
-
-    async def add_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
-        """(current, planned) per topic: new logs, one store write, then partitions and the image.
-        Raises KafkaApiError(KAFKA_STORAGE_ERROR) if a write fails; nothing is left then."""
-        created: list[tuple[str, int]] = []
-        slices = Slices()
-        try:
-            try:
-                for _, new in plans:
-                    await run_sliced(self._create_logs(new, created), slices)
-                await self.workers.run(self._commit_partitions, plans)
-            except (OSError, StorageError, StoreError) as e:
-                raise _storage_error(f"Cannot add partitions to {_names(n for _, n in plans)}: "
-                                     f"{_reason(e)}") from e
-        except BaseException:
-            self._discard_logs(created)
-            raise
-        now = self.clock()
-        for _, new in plans:
-            await run_sliced(self._open_partitions(new, now), slices)
-            info = self.controller.publish_partitions(new)
-            self._publish([info.name])
-            if info.configs != new.configs:     # changed while the logs were being created
-                self._reconfigure_logs(info.name)
-            log.info("topic %s now has %d partition(s)", info.name, len(info.partitions))
-
-    def _commit_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
-        self.controller.commit(self.controller.partition_ops(plans))
-
-    async def delete_topics(self, infos: list[TopicInfo]) -> None:
-        """Record the deletions (KafkaApiError(KAFKA_STORAGE_ERROR) if that fails: nothing changed),
-        take the topics out of service, remove their logs, then their nodes."""
-        try:
-            await self.workers.run(self._commit_deletion_marks, infos)
-        except StoreError as e:
-            raise _storage_error(f"Cannot record the deletion of {_names(infos)}: {e}") from e
-        names = [i.name for i in infos]
-        self.controller.unpublish(names)
-        self._publish(names)
-        for info in infos:
-            self._stop_topic(info)
-            log.info("deleting topic %s", info.name)
-        await self._finish_deletions(names)
-
-    def _commit_deletion_marks(self, infos: list[TopicInfo]) -> None:
-        self.controller.commit(self.controller.deletion_mark_ops(infos))
-
-    async def retry_pending_deletions(self) -> None:
-        """Finish deletions whose last write failed before (a full disk); call with controller_lock."""
-        if self.controller.pending_deletions:
-            await self._finish_deletions(sorted(self.controller.pending_deletions))
-
-    async def _finish_deletions(self, names: list[str]) -> None:
-        try:
-            dirs: set = set()
-            await run_sliced(self._delete_logs(set(names), dirs))
-            await self.workers.run(_fsync_dirs, dirs)
-            await self.workers.run(self.controller.complete_deletions, names)
-        except (OSError, StorageError, StoreError) as e:
-            log.warning("the deletion of %s is not finished (tried again before the next topic change "
-                        "and at start): %s", _names(names), e)
-            return
-        self.controller.finish_deletions(names)
-        for name in names:
-            log.info("deleted topic %s", name)
-
-    def _finish_deletions_at_start(self, names: list[str]) -> None:
-        """Deletions a crash interrupted, finished before any log is loaded: the topics' partition
-        dirs are renamed away (the log manager then removes them unread), then their nodes go."""
-        try:
-            LogManager.delete_topic_dirs(self.config.log_dirs, set(names))
-            self.controller.complete_deletions(names)
-        except (OSError, StorageError, StoreError) as e:
-            log.warning("the deletion of %s is not finished: %s", _names(names), e)
-            return
-        self.controller.finish_deletions(names)
-        log.info("finished the deletion of %s", _names(names))
-
-    def _stop_topic(self, info: TopicInfo) -> None:
-        """StopReplica for the topic's partitions (their logs go in `_finish_deletions`)."""
-        self.replica_manager.stop_replicas([(info.name, p) for p in info.partitions], delete=False,
-                                           now_ms=self.clock())
-        self.coordinators.topics_deleted({info.name})
-
-    def _remove_stray_logs(self, now_ms: int) -> None:
-        """Logs of no topic in the image: empty ones are what a crash during a creation leaves (the
-        logs come before the store write) and are removed; others are reported and left alone."""
-        dirs: set = set()
-        for (topic, p), log_ in self.logs.logs():
-            info = self.topics.get(topic)
-            if info is not None and p in info.partitions:
-                continue
-            if log_.log_end_offset == 0:
-                dirs.add(self.logs.log_dir_of(topic, p))
-                self.logs.delete_log(topic, p, now_ms, sync=False)
-            else:
-                log.warning("log %s-%d belongs to no topic; it is left as it is", topic, p)
-        _fsync_dirs(dirs)
-
-    # ---- steps run in slices (`run_sliced`) or at once (`run_now`): each yields after every partition
-    def _create_logs(self, info: TopicInfo, created: list[tuple[str, int]]) -> Iterator[None]:
-        config = _log_config(TopicConfig.resolve(info.configs, self.config))
-        now = self.clock()
-        for p, st in info.partitions.items():
-            if self.broker_id in st.replicas and self.logs.get_log(info.name, p) is None:
-                self.logs.get_or_create_log(info.name, p, now, config)
-                created.append((info.name, p))
-            yield
-
-    def _open_partitions(self, info: TopicInfo, now_ms: int) -> Iterator[None]:
-        """The embedded controller's LeaderAndIsr to this broker, one partition at a time: the
-        partitions of `info` it hosts and does not have yet."""
-        rm = self.replica_manager
-        for p, st in info.partitions.items():
-            if self.broker_id in st.replicas and rm.get_partition(info.name, p) is None:
-                rm.apply_leader_and_isr([LeaderAndIsrState(info.name, p, st.leader, st.leader_epoch,
-                                                           tuple(st.isr), tuple(st.replicas))], now_ms)
-            yield
-
-    def _delete_logs(self, names: set[str], dirs: set) -> Iterator[None]:
-        """Every log of these topics (not only the partitions the store lists: a crash may have
-        left more); the log dirs to fsync go into `dirs`."""
-        doomed = [tp for tp, _ in self.logs.logs() if tp[0] in names]
-        for topic, p in doomed:
-            dirs.add(self.logs.log_dir_of(topic, p))
-            self.logs.delete_log(topic, p, self.clock(), sync=False)
-            yield
-
-    def _discard_logs(self, created: list[tuple[str, int]]) -> None:
-        """Undo the logs of a creation that failed (they are empty and were never served)."""
-        now = self.clock()
-        for topic, p in created:
-            try:
-                self.logs.delete_log(topic, p, now)
-            except (OSError, StorageError) as e:   # an empty stray: removed at the next start
-                log.warning("could not remove the log %s-%d of a failed creation: %s", topic, p, e)
-
-    # ----------------------------------------------------------------------------- producer ids
-    async def next_producer_id(self) -> int:
-        """An id from the block in hand; a new block (one store write, on the worker pool) when it
-        is used up. Raises StoreError if no block can be claimed."""
-        ids = self.controller.producer_ids
-        pid = ids.next_id()
-        while pid is None:
-            async with self._producer_id_lock:
-                pid = ids.next_id()
-                if pid is None:
-                    ids.install(await self.workers.run(ids.claim_block))
-                    pid = ids.next_id()
-        return pid
-
-    # ----------------------------------------------------------------------------- config changes
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a topic's overrides; produce, fetch and the logs see them at once."""
-        try:
-            self.controller.set_topic_configs(name, configs)
-        except StoreError as e:
-            raise _storage_error(f"Cannot record the configs of {name}: {e}") from e
-        self._publish([name])
-        self._reconfigure_logs(name)
-
-    def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
-                                   default: dict[str, str] | None = None) -> None:
-        """Replace a dynamic layer (`/config/brokers/<id>` or `/config/brokers/<default>`).
-        Raises ConfigError, before anything is stored, if the new layer is not allowed."""
-        new = self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
-        ops: list[Op] = []
-        for entity, layer in ((str(self.broker_id), per_broker), ("<default>", default)):
-            if layer is not None:
-                path = f"/config/brokers/{entity}"
-                value = {"version": 1, "config": dict(layer)}
-                ops.append(SetData(path, value) if self.store.exists(path) else Create(path, value))
-        try:
-            self.store.multi(ops)
-        except StoreError as e:
-            raise _storage_error(f"Cannot record the broker configs: {e}") from e
-        self.metadata.update(self.metadata.image.with_config(new))
-        self._reconfigure_logs(None)
-
-    def _load_dynamic_broker_configs(self) -> None:
-        layers = {}
-        for key, entity in (("dynamic_broker", str(self.broker_id)), ("dynamic_default", "<default>")):
-            path = f"/config/brokers/{entity}"
-            if self.store.exists(path):
-                layers[key] = self.store.get(path)[0].get("config", {})
-        if layers:
-            try:
-                self.metadata.update(self.metadata.image.with_config(self.config.with_dynamic(**layers)))
-            except ConfigError as e:
-                log.error("ignoring the stored dynamic broker configs: %s", e)
-
-    def _reconfigure_logs(self, topic: str | None) -> None:
-        for part in self.replica_manager.partitions():
-            if topic is None or part.topic == topic:
-                part.log.update_config(self.log_config_for(part.topic))  # type: ignore[attr-defined]
-
-
-def _new_cluster_id() -> str:
-    import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def _log_config(tc: TopicConfig) -> LogConfig:
-    props = {name: tc[name].value_string for name in (
-        "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
-        "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy")}
-    return LogConfig().from_properties(props)
-
-
-def _storage_error(message: str) -> KafkaApiError:
-    log.warning("%s", message)
-    return KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, message)
-
-
-def _reason(e: Exception) -> str:
-    return getattr(e, "strerror", None) or str(e)
-
-
-def _names(items: Iterable) -> str:
-    names = [getattr(i, "name", i) for i in items]
-    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-
-
-def _fsync_dirs(dirs: Iterable) -> None:
-    for d in dirs:
-        if d is not None:
-            fsync_dir(d)
-
-
-
+def _cluster_id(store: EmbeddedStore) -> str:
+    if store.exists(CLUSTER_ID_PATH):
+        value: str = store.get(CLUSTER_ID_PATH)[0]["id"]
+        return value
+    cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    store.create(CLUSTER_ID_PATH, {"version": "1", "id": cid})
+    return cid

@@ -8,12 +8,13 @@ with the request header and the connection (and its listener) it came on. Collab
 - `replica_manager`: partitions, appends, reads, the high watermark, delayed produce and fetch;
 - `metadata`: the metadata cache, the only thing handlers read about topics, brokers and configs;
 - `coordinators`: the group coordinator runtime (transactions next) and its offsets topic;
-- `controller`: the channel for changes the controller makes (topics, configs, producer ids);
+- `controller`: the channel for changes the controller makes (topics, configs, producer ids;
+  `controller_channel.py`);
 - `log_dirs`: the log directories (DescribeLogDirs);
 - `workers`: the bounded worker pool for work that grows with its input; `clock`: milliseconds.
 
-`broker` is there for the handlers not yet moved onto these collaborators (they are named in the
-module docstrings of `server/apis/`); a migrated handler never touches it.
+`broker` is there for the one handler not yet moved onto these collaborators (Produce, whose
+validation is being rewritten on its own branch); every other handler never touches it.
 """
 
 from __future__ import annotations

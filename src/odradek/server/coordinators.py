@@ -116,10 +116,13 @@ class Coordinators:
                 self.group.resign(key[1])
 
     def _image_changed(self, old: MetadataImage, new: MetadataImage) -> None:
-        """The offsets topic appeared (or grew): load the partitions of it this broker leads."""
+        """The offsets topic appeared (or grew): load the partitions of it this broker leads. Topics
+        went away: their committed offsets go from every group coordinated here."""
         info = new.topic(OFFSETS_TOPIC)
         if info is not None and info is not old.topic(OFFSETS_TOPIC):
             self._elect_led()
+        if len(new.topics) < len(old.topics):
+            self.topics_deleted(set(old.topics) - set(new.topics))
 
     def _elect_led(self) -> None:
         self._elect(p for p in self.replica_manager.partitions() if p.topic == OFFSETS_TOPIC and p.is_leader)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
+from odradek.storage.config import LogConfig
 
 NO_LEADER = -1
 UNDEFINED_EPOCH = -1
@@ -86,6 +87,8 @@ class PartitionLog(Protocol):
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int] | None: ...
 
     def delete_records_before(self, offset: int, now_ms: int) -> int: ...
+
+    def update_config(self, config: LogConfig) -> None: ...
 
     def timestamp_scans(self, timestamp: int) -> Iterator[TimestampSearch]: ...
 

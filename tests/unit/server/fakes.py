@@ -1,12 +1,12 @@
 """In-memory fakes of the broker's collaborators, for handler tests without sockets, disks or a broker.
 
 - `MemoryLog`: a partition log in memory (whole v2 batches, offsets and leader epochs patched in place
-  as `storage.Log` does); `MemoryLogs`: the replica manager's `LogProvider` and the `LogDirs` of
-  DescribeLogDirs over such logs.
-- `FakeController`: the controller channel, recording each change and publishing it in the image.
+  as `storage.Log` does); `MemoryLogs`: the log directories over such logs (the replica manager's
+  `LogProvider`, the controller channel's `LogStore`, DescribeLogDirs' `LogDirs`).
 - `FakeAlterPartition`: records ISR proposals and accepts or refuses them.
-- `make_services(...)`: the real ReplicaManager, MetadataCache and Coordinators over these fakes, and
-  `context(services, api_version, ...)` for one request.
+- `make_services(...)`: the real ReplicaManager, MetadataCache, Coordinators and embedded controller
+  channel (the cluster controller over the embedded store, in memory) over these fakes, with the
+  worker pool inline, and `context(services, api_key, api_version)` for one request.
 
 Record batches are built by `odradek.records.builder` (the client's builder), so the bytes are those a
 producer sends.
@@ -14,12 +14,15 @@ producer sends.
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odradek.cluster.controller import Controller
+from odradek.cluster.store import EmbeddedStore
 from odradek.cluster.topics import PartitionState, TopicInfo
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.headers import RequestHeader
@@ -29,9 +32,9 @@ from odradek.records.header import iter_headers, set_base_offset, set_partition_
 from odradek.server.config import BrokerConfig
 from odradek.server.context import RequestContext, Services
 from odradek.server.coordinators import Coordinators
+from odradek.server.embedded_controller import EmbeddedController
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache, MetadataImage
-from odradek.server.partition import LeaderAndIsrState
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.workers import InlinePool
 from odradek.storage.errors import OffsetOutOfRangeError
@@ -123,6 +126,9 @@ class MemoryLog:
         self.leader_epoch_cache = EpochCache()
         self.size_bytes = 0
 
+    def update_config(self, config: object) -> None:
+        self.config = config
+
     def update_high_watermark(self, offset: int) -> int:
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
         return self.high_watermark
@@ -200,19 +206,28 @@ class MemoryLog:
 
 
 class MemoryLogs:
-    """`LogProvider` for the replica manager and `LogDirs` for DescribeLogDirs."""
+    """The log directories, in memory."""
 
     def __init__(self, log_dirs: list[Path] | None = None) -> None:
-        self.log_dirs = log_dirs or [Path("/nonexistent-log-dir")]
+        # A real directory: removing logs fsyncs their log dir.
+        self.log_dirs = log_dirs or [Path(tempfile.gettempdir())]
         self.opened: dict[tuple[str, int], MemoryLog] = {}
         self.deleted: list[tuple[str, int]] = []
 
     def open_log(self, topic: str, partition: int, now_ms: int) -> MemoryLog:
         return self.opened.setdefault((topic, partition), MemoryLog(topic, partition))
 
-    def delete_log(self, topic: str, partition: int, now_ms: int) -> None:
-        if self.opened.pop((topic, partition), None) is not None:
-            self.deleted.append((topic, partition))
+    def get_log(self, topic: str, partition: int) -> MemoryLog | None:
+        return self.opened.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, now_ms: int, config: object = None) -> MemoryLog:
+        return self.open_log(topic, partition, now_ms)
+
+    def delete_log(self, topic: str, partition: int, now_ms: int, *, sync: bool = True) -> bool:
+        if self.opened.pop((topic, partition), None) is None:
+            return False
+        self.deleted.append((topic, partition))
+        return True
 
     def logs(self) -> Iterator[tuple[tuple[str, int], MemoryLog]]:
         return iter(list(self.opened.items()))
@@ -221,41 +236,7 @@ class MemoryLogs:
         return self.log_dirs[0] if (topic, partition) in self.opened else None
 
 
-# ------------------------------------------------------------------------------------------ controller
-class FakeController:
-    """The controller channel: records changes, then publishes them in the metadata image."""
-
-    def __init__(self, broker_id: int, metadata: MetadataCache) -> None:
-        self.broker_id = broker_id
-        self.metadata = metadata
-        self.replica_manager: ReplicaManager | None = None
-        self.changes: list[tuple] = []
-
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str]) -> tuple[TopicInfo | None, ErrorCode, str | None]:
-        if self.metadata.topic(name) is not None:
-            return None, ErrorCode.TOPIC_ALREADY_EXISTS, None
-        info = topic(name, num_partitions, replicas=[self.broker_id], configs=configs)
-        self.changes.append(("create_topic", name))
-        self.metadata.update(self.metadata.image.with_topics([info]))
-        if self.replica_manager is not None:
-            self.replica_manager.apply_leader_and_isr(leader_and_isr(info), 0)
-        return info, ErrorCode.NONE, None
-
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        info = self.metadata.topic(name)
-        assert info is not None
-        self.changes.append(("set_topic_configs", name, dict(configs)))
-        self.metadata.update(self.metadata.image.with_topics([TopicInfo(info.name, info.topic_id,
-                                                                        info.partitions, dict(configs))]))
-
-    def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
-                                   default: dict[str, str] | None = None) -> None:
-        self.changes.append(("set_dynamic_broker_configs", per_broker, default))
-        config = self.metadata.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
-        self.metadata.update(self.metadata.image.with_config(config))
-
-
+# ------------------------------------------------------------------------------------------ ISR changes
 @dataclass
 class FakeAlterPartition:
     """The AlterPartition channel: each proposal recorded; accepted at the next partition epoch
@@ -281,11 +262,6 @@ def topic(name: str, partitions: int = 1, *, replicas: list[int] | None = None, 
         for p in range(partitions)}, dict(configs or {}))
 
 
-def leader_and_isr(info: TopicInfo) -> list[LeaderAndIsrState]:
-    return [LeaderAndIsrState(info.name, p, st.leader, st.leader_epoch, tuple(st.isr), tuple(st.replicas))
-            for p, st in info.partitions.items()]
-
-
 def broker_config(**overrides: str) -> BrokerConfig:
     return BrokerConfig({"broker.id": "0", **{k.replace("_", "."): v for k, v in overrides.items()}})
 
@@ -297,21 +273,27 @@ def registration(broker_id: int, port: int = 9092) -> BrokerRegistration:
 def make_services(*topics: TopicInfo, broker_id: int = 0, brokers: tuple[int, ...] = (0,),
                   config: BrokerConfig | None = None, clock: Clock | None = None,
                   alter_partition: FakeAlterPartition | None = None) -> Services:
-    """The real replica manager, metadata cache and coordinators over in-memory fakes; the topics'
-    partitions hosted here are opened as their states say."""
+    """The broker's collaborators over in-memory logs and store; `topics` are recorded as they are
+    given (replicas, leaders, ISRs) and the partitions hosted here opened and published."""
     clock = clock or Clock()
     image = MetadataImage(config or broker_config(), cluster_id="fake-cluster", controller_id=brokers[0],
                           brokers={b: registration(b, 9092 + b) for b in brokers})
-    metadata = MetadataCache(image.with_topics(topics))
+    metadata = MetadataCache(image)
     logs = MemoryLogs()
-    rm = ReplicaManager(broker_id, logs, metadata, clock, alter_partition=alter_partition)
-    controller = FakeController(broker_id, metadata)
-    controller.replica_manager = rm
-    for info in topics:
-        rm.apply_leader_and_isr([s for s in leader_and_isr(info) if broker_id in s.replicas], clock())
+    rm = ReplicaManager(broker_id, logs, metadata, clock)
+    cluster = Controller(EmbeddedStore(), broker_id)
+    cluster.start()
+    if topics:
+        cluster.commit(cluster.creation_ops(list(topics)))
+        for info in topics:
+            cluster.publish(info)
+    workers = InlinePool()
+    controller = EmbeddedController(broker_id, cluster.store, cluster, logs, rm, metadata, workers, clock)
+    controller.open_all(clock())
+    rm.alter_partition = alter_partition if alter_partition is not None else controller
     coordinators = Coordinators(broker_id, rm, metadata, controller, clock)
     return Services(broker_id=broker_id, clock=clock, metadata=metadata, replica_manager=rm,
-                    coordinators=coordinators, controller=controller, log_dirs=logs, workers=InlinePool(),
+                    coordinators=coordinators, controller=controller, log_dirs=logs, workers=workers,
                     fetch_sessions=FetchSessionCache(10))
 
 

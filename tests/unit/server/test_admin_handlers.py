@@ -46,8 +46,9 @@ def test_topic_configs_are_described_and_changed_through_the_controller():
         configs=[iac.AlterableConfig(name="cleanup.policy", config_operation=SET, value="compact")])])
     r = _run(handle_incremental_alter_configs(ctx, alter))
     assert r.responses[0].error_code == ErrorCode.NONE
-    assert services.controller.changes == [("set_topic_configs", "cfg", {"retention.ms": "1000",
-                                                                          "cleanup.policy": "compact"})]
+    recorded = {"retention.ms": "1000", "cleanup.policy": "compact"}
+    assert services.controller.store.get("/config/topics/cfg")[0]["config"] == recorded
+    assert services.metadata.topic("cfg").configs == recorded
     describe = dc.DescribeConfigsRequest(resources=[dc.DescribeConfigsResource(
         resource_type=TOPIC, resource_name="cfg", configuration_keys=["cleanup.policy", "retention.ms"])])
     r = _run(handle_describe_configs(context(services, 32, 4), describe))
@@ -66,6 +67,7 @@ def test_a_dynamic_broker_config_reaches_the_image_config():
     r = _run(handle_incremental_alter_configs(context(services, 44, 1), alter))
     assert r.responses[0].error_code == ErrorCode.NONE
     assert services.metadata.config.get("log.retention.ms") == 5000
+    assert services.controller.store.get("/config/brokers/0")[0]["config"] == {"log.retention.ms": "5000"}
     other = iac.IncrementalAlterConfigsRequest(validate_only=False, resources=[iac.AlterConfigsResource(
         resource_type=BROKER, resource_name="7", configs=[])])
     assert _run(handle_incremental_alter_configs(context(services, 44, 1), other)).responses[0].error_code \
@@ -135,7 +137,9 @@ def test_find_coordinator_creates_the_offsets_topic_once_through_the_controller(
                 ("g1", ErrorCode.NONE, 0, 9092), ("g2", ErrorCode.NONE, 0, 9092)]
             r = await handle_find_coordinator(ctx, fc.FindCoordinatorRequest(key_type=5, coordinator_keys=["g"]))
             assert r.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
-            assert services.controller.changes == [("create_topic", "__consumer_offsets")]
+            offsets = services.metadata.topic("__consumer_offsets")
+            assert len(offsets.partitions) == 50 and offsets.configs["cleanup.policy"] == "compact"
+            assert services.controller.store.exists("/brokers/topics/__consumer_offsets/partitions/49/state")
             assert services.coordinators.group is not None and services.coordinators.group.partition_count == 50
         finally:
             await services.coordinators.aclose()

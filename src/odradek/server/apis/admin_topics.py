@@ -30,12 +30,14 @@ large batch operation.").
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import Counter
 from typing import NoReturn
 
 from odradek.cluster.controller import EXCESSIVE_BATCH, EXCESSIVE_PARTITIONS, MAX_PARTITIONS_PER_REQUEST, \
     requested_partitions
-from odradek.cluster.topics import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, TopicInfo, validate_topic_name
+from odradek.cluster.topics import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, TopicImage, TopicInfo, \
+    validate_topic_name
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import create_partitions as cp
@@ -44,6 +46,8 @@ from odradek.protocol.messages import delete_topics as dt
 from odradek.protocol.messages import describe_topic_partitions as dtp
 from odradek.server.apis.admin_cluster import TOPIC_OPERATIONS, authorized_operations
 from odradek.server.config import ConfigError, TopicConfig
+from odradek.server.context import RequestContext
+from odradek.server.controller_channel import ControllerChannel
 from odradek.server.slices import Slices
 
 log = logging.getLogger("odradek.admin")
@@ -54,22 +58,22 @@ def _fail(code: ErrorCode, message: str | None = None) -> NoReturn:
 
 
 # ------------------------------------------------------------------------------------------ CreateTopics
-def _plan_one(broker, topic: ct.CreatableTopic) -> tuple[TopicInfo, TopicConfig]:
+def _plan_one(ctx: RequestContext, topic: ct.CreatableTopic) -> tuple[TopicInfo, TopicConfig]:
     """The controller's checks in Kafka's order: name, existence, configs, then partitions and
     placement. The topic's name stays reserved until the request is done."""
-    controller = broker.controller
+    controller = ctx.controller.controller
     controller.check_new_name(topic.name)
     nulls = [c.name for c in topic.configs if c.value is None]
     if nulls:
         _fail(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {','.join(nulls)}")
     configs = {c.name: c.value for c in topic.configs}
     try:
-        effective = TopicConfig.resolve(configs, broker.config)
+        effective = TopicConfig.resolve(configs, ctx.config)
     except ConfigError as e:
         _fail(ErrorCode.INVALID_CONFIG, str(e))
     assignments = [(a.partition_index, list(a.broker_ids)) for a in topic.assignments] or None
     info = controller.plan_topic(topic.name, topic.num_partitions, topic.replication_factor, assignments,
-                                 configs, broker.live_broker_ids(), broker.topic_defaults())
+                                 configs, set(ctx.metadata.image.live_broker_ids()), ctx.controller.topic_defaults())
     return info, effective
 
 
@@ -89,34 +93,34 @@ def _error(name: str, e: KafkaApiError) -> ct.CreatableTopicResult:
     return ct.CreatableTopicResult(name=name, error_code=e.code, error_message=e.detail)
 
 
-async def _create(broker, candidates: list[ct.CreatableTopic], results: dict, validate_only: bool,
+async def _create(ctx: RequestContext, candidates: list[ct.CreatableTopic], results: dict, validate_only: bool,
                   version: int) -> None:
     """Plan every candidate, then create the planned ones together; fills `results`."""
-    async with broker.controller_lock:
-        await broker.retry_pending_deletions()
+    channel = ctx.controller
+    async with channel.lock:
+        await channel.retry_pending_deletions()
         planned = []
         slices = Slices()
         try:
             for topic in candidates:
                 await slices.pause()
                 try:
-                    planned.append(_plan_one(broker, topic))
+                    planned.append(_plan_one(ctx, topic))
                 except KafkaApiError as e:
                     results[topic.name] = _error(topic.name, e)
             if planned and not validate_only:
-                await broker.create_topics([info for info, _ in planned])
+                await channel.create_topics([info for info, _ in planned])
         except KafkaApiError as e:
             for info, _ in planned:
                 results[info.name] = _error(info.name, e)
             planned = []
         finally:
-            broker.controller.release(info.name for info, _ in planned)
+            channel.controller.release(info.name for info, _ in planned)
         for info, effective in planned:
             results[info.name] = _created(info, effective, validate_only, version)
 
 
-async def handle_create_topics(ctx, request: ct.CreateTopicsRequest) -> ct.CreateTopicsResponse:
-    broker = ctx.broker
+async def handle_create_topics(ctx: RequestContext, request: ct.CreateTopicsRequest) -> ct.CreateTopicsResponse:
     v = ctx.api_version
     validate_only = request.validate_only if v >= 1 else False
     counts = Counter(t.name for t in request.topics)
@@ -133,7 +137,7 @@ async def handle_create_topics(ctx, request: ct.CreateTopicsRequest) -> ct.Creat
                 ErrorCode.INVALID_REQUEST, f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited."))
         else:
             candidates.append(topic)
-    default_partitions = broker.topic_defaults()[0]
+    default_partitions = ctx.controller.topic_defaults()[0]
     total = sum(requested_partitions(t.num_partitions, len(t.assignments), default_partitions) for t in candidates)
     if total > MAX_PARTITIONS_PER_REQUEST:
         # Kafka's controller refuses the whole request before looking at any topic.
@@ -141,17 +145,17 @@ async def handle_create_topics(ctx, request: ct.CreateTopicsRequest) -> ct.Creat
             results[topic.name] = _error(topic.name, KafkaApiError(ErrorCode.POLICY_VIOLATION, EXCESSIVE_PARTITIONS))
         candidates = []
     if candidates:
-        await broker.controller_call(_create, broker, candidates, results, validate_only, v)
+        await ctx.controller.call(_create, ctx, candidates, results, validate_only, v)
     return ct.CreateTopicsResponse(throttle_time_ms=0, topics=list(results.values()))
 
 
 # ------------------------------------------------------------------------------------------ DeleteTopics
-def _deletion_plan(broker, entries: list[tuple[str | None, object]]) -> list:
+def _deletion_plan(image: TopicImage, entries: list[tuple[str | None, uuid.UUID]]) -> list:
     """One item per answer, in request order: a DeletableTopicResult for a rejected entry, or the
     TopicInfo of a topic to delete. The checks are ControllerApis.deleteTopics'."""
     plan: list = []
 
-    def reject(name, topic_id, code, message=None):
+    def reject(name: str | None, topic_id: uuid.UUID, code: ErrorCode, message: str | None = None) -> None:
         plan.append(dt.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code,
                                             error_message=message if message is not None else code.message))
 
@@ -175,7 +179,7 @@ def _deletion_plan(broker, entries: list[tuple[str | None, object]]) -> list:
                 else:
                     reject(None, topic_id, ErrorCode.INVALID_REQUEST, "Duplicate topic id.")
             continue
-        info = broker.topics.get(name) if name is not None else broker.topic_by_id(topic_id)
+        info = image.get(name) if name is not None else image.by_id(topic_id)
         if info is None:
             if name is not None:
                 reject(name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -201,27 +205,26 @@ def _deleted(info: TopicInfo, error: KafkaApiError | None) -> dt.DeletableTopicR
                                    error_message=error.detail)
 
 
-async def _delete(broker, entries: list) -> tuple[list, KafkaApiError | None]:
-    async with broker.controller_lock:
-        await broker.retry_pending_deletions()
-        plan = _deletion_plan(broker, entries)
+async def _delete(channel: ControllerChannel, entries: list) -> tuple[list, KafkaApiError | None]:
+    async with channel.lock:
+        await channel.retry_pending_deletions()
+        plan = _deletion_plan(channel.controller.image, entries)
         doomed = [item for item in plan if isinstance(item, TopicInfo)]
         if doomed:
             try:
-                await broker.delete_topics(doomed)
+                await channel.delete_topics(doomed)
             except KafkaApiError as e:
                 return plan, e
         return plan, None
 
 
-async def handle_delete_topics(ctx, request: dt.DeleteTopicsRequest) -> dt.DeleteTopicsResponse:
-    broker = ctx.broker
+async def handle_delete_topics(ctx: RequestContext, request: dt.DeleteTopicsRequest) -> dt.DeleteTopicsResponse:
     v = ctx.api_version
     if v >= 6:
         entries = [(t.name, t.topic_id) for t in request.topics]
     else:
         entries = [(name, ZERO_UUID) for name in request.topic_names]
-    if not broker.config.get("delete.topic.enable"):
+    if not ctx.config.get("delete.topic.enable"):
         code = ErrorCode.INVALID_REQUEST if v < 3 else ErrorCode.TOPIC_DELETION_DISABLED
         return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=[
             dt.DeletableTopicResult(name=n, topic_id=i, error_code=code, error_message="Topic deletion is disabled.")
@@ -231,7 +234,7 @@ async def handle_delete_topics(ctx, request: dt.DeleteTopicsRequest) -> dt.Delet
         return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=[
             dt.DeletableTopicResult(name=n, topic_id=i, error_code=ErrorCode.POLICY_VIOLATION,
                                     error_message=EXCESSIVE_BATCH) for n, i in entries])
-    plan, error = await broker.controller_call(_delete, broker, entries)
+    plan, error = await ctx.controller.call(_delete, ctx.controller, entries)
     results = [_deleted(item, error) if isinstance(item, TopicInfo) else item for item in plan]
     return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=results)
 
@@ -243,11 +246,14 @@ def _cp_error(name: str, e: KafkaApiError) -> cp.CreatePartitionsTopicResult:
     return cp.CreatePartitionsTopicResult(name=name, error_code=e.code, error_message=message)
 
 
-async def _add_partitions(broker, topics: list[cp.CreatePartitionsTopic], validate_only: bool) -> dict:
+async def _add_partitions(ctx: RequestContext, topics: list[cp.CreatePartitionsTopic],
+                          validate_only: bool) -> dict[str, cp.CreatePartitionsTopicResult]:
     counts = Counter(t.name for t in topics)
     results: dict[str, cp.CreatePartitionsTopicResult] = {}
-    async with broker.controller_lock:
-        await broker.retry_pending_deletions()
+    channel = ctx.controller
+    live = set(ctx.metadata.image.live_broker_ids())
+    async with channel.lock:
+        await channel.retry_pending_deletions()
         plans: list[tuple[TopicInfo, TopicInfo]] = []
         budget = MAX_PARTITIONS_PER_REQUEST
         for topic in topics:
@@ -257,8 +263,9 @@ async def _add_partitions(broker, topics: list[cp.CreatePartitionsTopic], valida
                 if counts[topic.name] > 1:
                     _fail(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
                 assignments = None if topic.assignments is None else [list(a.broker_ids) for a in topic.assignments]
-                new = broker.controller.plan_partitions(topic.name, topic.count, assignments, broker.live_broker_ids())
-                old = broker.topics.get(topic.name)
+                new = channel.controller.plan_partitions(topic.name, topic.count, assignments, live)
+                old = channel.controller.image.get(topic.name)
+                assert old is not None   # planned against it
                 added = len(new.partitions) - len(old.partitions)
                 if added > budget:
                     _fail(ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH)
@@ -270,22 +277,22 @@ async def _add_partitions(broker, topics: list[cp.CreatePartitionsTopic], valida
                 results[topic.name] = _cp_error(topic.name, e)
         if plans and not validate_only:
             try:
-                await broker.add_partitions(plans)
+                await channel.add_partitions(plans)
             except KafkaApiError as e:
                 for old, _ in plans:
                     results[old.name] = _cp_error(old.name, e)
     return results
 
 
-async def handle_create_partitions(ctx, request: cp.CreatePartitionsRequest) -> cp.CreatePartitionsResponse:
-    results = await ctx.broker.controller_call(_add_partitions, ctx.broker, request.topics, request.validate_only)
+async def handle_create_partitions(ctx: RequestContext,
+                                   request: cp.CreatePartitionsRequest) -> cp.CreatePartitionsResponse:
+    results = await ctx.controller.call(_add_partitions, ctx, request.topics, request.validate_only)
     return cp.CreatePartitionsResponse(throttle_time_ms=0, results=list(results.values()))
 
 
 # ------------------------------------------------------------------------------------------ DescribeTopicPartitions
-def _partition_page(broker, info, start: int, limit: int) -> tuple[list, int]:
+def _partition_page(live: frozenset[int], info: TopicInfo, start: int, limit: int) -> tuple[list, int]:
     """Partitions [start, start + limit) of a topic and the next index (-1 when the topic is done)."""
-    live = broker.live_broker_ids()
     count = len(info.partitions)
     upper = min(count, start + limit)
     out = []
@@ -306,16 +313,17 @@ def _error_topic(name: str, code: ErrorCode) -> dtp.DescribeTopicPartitionsRespo
                                                     is_internal=name in INTERNAL_TOPICS, partitions=[])
 
 
-async def handle_describe_topic_partitions(ctx, request: dtp.DescribeTopicPartitionsRequest):
+async def handle_describe_topic_partitions(ctx: RequestContext, request: dtp.DescribeTopicPartitionsRequest
+                                           ) -> dtp.DescribeTopicPartitionsResponse:
     """Kafka's DescribeTopicPartitionsRequestHandler: topics in name order from the cursor on, at most
     min(response_partition_limit, max.request.partition.size.limit) partitions (at least 1); the
     cursor of the response points at the first partition not returned."""
-    broker = ctx.broker
+    image = ctx.metadata.image
     cursor = request.cursor
     cursor_topic = cursor.topic_name if cursor is not None else ""
     fetch_all = not request.topics
     if fetch_all:
-        names = [n for n in broker.topics.names() if n >= cursor_topic]
+        names = [n for n in image.topic_names() if n >= cursor_topic]
     else:
         names = sorted({t.name for t in request.topics if t.name >= cursor_topic})
         if cursor is not None and cursor.topic_name not in names:
@@ -323,13 +331,13 @@ async def handle_describe_topic_partitions(ctx, request: dtp.DescribeTopicPartit
                                      f"{cursor.topic_name}")
     if cursor is not None and cursor.partition_index < 0:
         return _invalid(request, "DescribeTopicPartitionsRequest cursor partition must be valid")
-    remaining = max(min(broker.config.get("max.request.partition.size.limit"), request.response_partition_limit), 1)
+    remaining = max(min(ctx.config.get("max.request.partition.size.limit"), request.response_partition_limit), 1)
     topics, next_cursor = [], None
     for name in sorted(names):
         if remaining == 0:
             next_cursor = dtp.Cursor(topic_name=name, partition_index=0)
             break
-        info = broker.topics.get(name)
+        info = image.topic(name)
         if info is None:
             if not fetch_all:
                 reason = validate_topic_name(name)
@@ -337,7 +345,7 @@ async def handle_describe_topic_partitions(ctx, request: dtp.DescribeTopicPartit
                                            else ErrorCode.INVALID_TOPIC_EXCEPTION))
             continue
         start = cursor.partition_index if cursor is not None and name == cursor_topic else 0
-        partitions, next_index = _partition_page(broker, info, start, remaining)
+        partitions, next_index = _partition_page(image.live_broker_ids(), info, start, remaining)
         topics.append(dtp.DescribeTopicPartitionsResponseTopic(
             error_code=ErrorCode.NONE, name=name, topic_id=info.topic_id, is_internal=info.is_internal,
             partitions=partitions))
@@ -351,7 +359,7 @@ async def handle_describe_topic_partitions(ctx, request: dtp.DescribeTopicPartit
     return dtp.DescribeTopicPartitionsResponse(throttle_time_ms=0, topics=topics, next_cursor=next_cursor)
 
 
-def _invalid(request, message: str) -> dtp.DescribeTopicPartitionsResponse:
+def _invalid(request: dtp.DescribeTopicPartitionsRequest, message: str) -> dtp.DescribeTopicPartitionsResponse:
     # Kafka answers a request-level error on every requested topic; the response has no message field.
     log.info("DescribeTopicPartitions: %s", message)
     return dtp.DescribeTopicPartitionsResponse(

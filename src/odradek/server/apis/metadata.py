@@ -17,6 +17,8 @@ only auto-creation waits for the controller.
 
 from __future__ import annotations
 
+import uuid
+
 from odradek.cluster.controller import MAX_PARTITIONS_PER_REQUEST
 from odradek.cluster.topics import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, OFFSETS_TOPIC, \
     TRANSACTION_STATE_TOPIC, TopicInfo, validate_topic_name
@@ -24,13 +26,13 @@ from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import metadata as m
 from odradek.server.apis.admin_cluster import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
-from odradek.server.config import ConfigError, TopicConfig
+from odradek.server.config import BrokerConfig, ConfigError, TopicConfig
+from odradek.server.context import RequestContext
 from odradek.server.slices import Slices
 
 
-def partition_metadata(info, broker) -> list[m.MetadataResponsePartition]:
+def partition_metadata(info: TopicInfo, live: frozenset[int]) -> list[m.MetadataResponsePartition]:
     out = []
-    live = broker.live_broker_ids()
     for p in sorted(info.partitions):
         st = info.partitions[p]
         error = ErrorCode.NONE if st.leader in live else ErrorCode.LEADER_NOT_AVAILABLE
@@ -44,18 +46,20 @@ def partition_metadata(info, broker) -> list[m.MetadataResponsePartition]:
 UNSET_OPERATIONS = -2147483648  # "not requested" in Metadata's authorized-operations fields
 
 
-def topic_metadata(info, broker, topic_operations: int = UNSET_OPERATIONS) -> m.MetadataResponseTopic:
+def topic_metadata(info: TopicInfo, live: frozenset[int],
+                   topic_operations: int = UNSET_OPERATIONS) -> m.MetadataResponseTopic:
     return m.MetadataResponseTopic(
         error_code=ErrorCode.NONE, name=info.name, topic_id=info.topic_id, is_internal=info.is_internal,
-        partitions=partition_metadata(info, broker), topic_authorized_operations=topic_operations)
+        partitions=partition_metadata(info, live), topic_authorized_operations=topic_operations)
 
 
-async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse:
-    broker = ctx.broker
+async def handle_metadata(ctx: RequestContext, request: m.MetadataRequest) -> m.MetadataResponse:
     v = ctx.api_version
-    topics = broker.topics
+    image = ctx.metadata.image
+    live = image.live_broker_ids()
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if request.topics is None or (v == 0 and not request.topics):
-        wanted = [(name, None) for name in topics.names()]
+        wanted = [(name, None) for name in image.topic_names()]
     else:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     allow_create = request.allow_auto_topic_creation if v >= 4 else True
@@ -67,10 +71,10 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
         cluster_ops = authorized_operations(ctx, CLUSTER_OPERATIONS)
     out: list = []
     to_create: dict[str, list[int]] = {}     # name -> its places in `out`
-    may_create = allow_create and broker.config.get("auto.create.topics.enable")
+    may_create = allow_create and image.config.get("auto.create.topics.enable")
     for name, topic_id in wanted:
         if name is None:
-            info = broker.topic_by_id(topic_id)
+            info = image.topic_by_id(topic_id)
             if info is None:
                 out.append(m.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None,
                                                    topic_id=topic_id))
@@ -81,27 +85,29 @@ async def handle_metadata(ctx, request: m.MetadataRequest) -> m.MetadataResponse
                 out.append(m.MetadataResponseTopic(error_code=ErrorCode.INVALID_TOPIC_EXCEPTION, name=name,
                                                    topic_id=ZERO_UUID))
                 continue
-            info = topics.get(name)
+            info = image.topic(name)
             if info is None:
                 if may_create:
                     to_create.setdefault(name, []).append(len(out))
                 out.append(m.MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
                                                    is_internal=name in INTERNAL_TOPICS))
                 continue
-        out.append(topic_metadata(info, broker, topic_ops))
+        out.append(topic_metadata(info, live, topic_ops))
     if to_create:
-        created = await broker.controller_call(auto_create_topics, broker, list(to_create))
+        created = await ctx.controller.call(auto_create_topics, ctx, list(to_create))
         for name, (info, error) in created.items():
             for place in to_create[name]:
-                out[place] = topic_metadata(info, broker, topic_ops) if info is not None else \
+                out[place] = topic_metadata(info, live, topic_ops) if info is not None else \
                     m.MetadataResponseTopic(error_code=error, name=name, is_internal=name in INTERNAL_TOPICS)
+    brokers = [m.MetadataResponseBroker(node_id=b.broker_id, host=e.host, port=e.port, rack=b.rack)
+               for b, e in image.alive_endpoints(ctx.listener_name)]
     return m.MetadataResponse(
-        throttle_time_ms=0, brokers=broker.broker_metadata(ctx.connection), cluster_id=broker.cluster_id,
-        controller_id=broker.controller_id, topics=out, cluster_authorized_operations=cluster_ops)
+        throttle_time_ms=0, brokers=brokers, cluster_id=image.cluster_id, controller_id=image.controller_id,
+        topics=out, cluster_authorized_operations=cluster_ops)
 
 
 # ------------------------------------------------------------------------------------------ auto-creation
-def creation_spec(name: str, config) -> tuple[int, int, dict[str, str]]:
+def creation_spec(name: str, config: BrokerConfig) -> tuple[int, int, dict[str, str]]:
     """(partitions, replication factor, configs) of an auto-created topic (AutoTopicCreationManager:
     the group and transaction coordinators' own topic configs for the internal topics)."""
     if name == OFFSETS_TOPIC:
@@ -117,35 +123,37 @@ def creation_spec(name: str, config) -> tuple[int, int, dict[str, str]]:
     return -1, -1, {}
 
 
-async def auto_create_topics(broker, names: list[str]) -> dict[str, tuple[TopicInfo | None, ErrorCode]]:
+async def auto_create_topics(ctx: RequestContext, names: list[str]) -> dict[str, tuple[TopicInfo | None, ErrorCode]]:
     """Create the missing topics a Metadata request names, as far as the request's bound allows."""
     out: dict[str, tuple[TopicInfo | None, ErrorCode]] = {}
-    controller = broker.controller
-    live = broker.live_broker_ids()
-    async with broker.controller_lock:
-        await broker.retry_pending_deletions()
+    channel = ctx.controller
+    controller = channel.controller
+    config = ctx.config
+    live = set(ctx.metadata.image.live_broker_ids())
+    async with channel.lock:
+        await channel.retry_pending_deletions()
         budget = MAX_PARTITIONS_PER_REQUEST
         planned: list[TopicInfo] = []
         slices = Slices()
         try:
             for name in names:
                 await slices.pause()
-                existing = broker.topics.get(name)
+                existing = controller.image.get(name)
                 if existing is not None:     # created while this request waited for the controller
                     out[name] = (existing, ErrorCode.NONE)
                     continue
                 if name == CLUSTER_METADATA_TOPIC:
                     out[name] = (None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     continue
-                partitions, factor, configs = creation_spec(name, broker.config)
+                partitions, factor, configs = creation_spec(name, config)
                 if name in INTERNAL_TOPICS:
                     factor = min(factor, len(live))
-                if (partitions if partitions > 0 else broker.topic_defaults()[0]) > budget:
+                if (partitions if partitions > 0 else channel.topic_defaults()[0]) > budget:
                     out[name] = (None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     continue
                 try:
-                    TopicConfig.resolve(configs, broker.config)
-                    info = controller.plan_topic(name, partitions, factor, None, configs, live, broker.topic_defaults())
+                    TopicConfig.resolve(configs, config)
+                    info = controller.plan_topic(name, partitions, factor, None, configs, live, channel.topic_defaults())
                 except ConfigError:
                     out[name] = (None, ErrorCode.INVALID_CONFIG)
                     continue
@@ -157,7 +165,7 @@ async def auto_create_topics(broker, names: list[str]) -> dict[str, tuple[TopicI
                 budget -= len(info.partitions)
                 planned.append(info)
             if planned:
-                await broker.create_topics(planned)
+                await channel.create_topics(planned)
         except KafkaApiError as e:
             for info in planned:
                 out[info.name] = (None, e.code)
@@ -165,5 +173,5 @@ async def auto_create_topics(broker, names: list[str]) -> dict[str, tuple[TopicI
         finally:
             controller.release(info.name for info in planned)
     for info in planned:
-        out[info.name] = (broker.topics.get(info.name), ErrorCode.NONE)
+        out[info.name] = (controller.image.get(info.name), ErrorCode.NONE)
     return out

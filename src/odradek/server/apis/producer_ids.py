@@ -16,18 +16,19 @@ import logging
 from odradek.cluster.store import StoreError
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import init_producer_id as m
+from odradek.server.context import RequestContext
 
 log = logging.getLogger("odradek.producer_ids")
 
 
-async def handle_init_producer_id(ctx, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+async def handle_init_producer_id(ctx: RequestContext, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
     if request.transactional_id is not None:
         return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                         producer_id=-1, producer_epoch=-1)
     # Without a transactional id every call gets a fresh id at epoch 0, as Kafka does (also when a
     # producer that hit an error asks with its old id and epoch, KIP-360).
     try:
-        pid = await ctx.broker.next_producer_id()
+        pid = await ctx.controller.next_producer_id()
     except StoreError as e:
         log.warning("no producer id block: %s", e)
         return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
