@@ -40,6 +40,10 @@ from odradek.cluster.store import (
 
 
 def encode(value: dict) -> bytes:
+    """A node's bytes. {"value": x} with a scalar x is written as x alone: Kafka keeps some nodes as a
+    bare JSON number (`/controller_epoch` holds `5`)."""
+    if set(value) == {"value"} and not isinstance(value["value"], (dict, list)):
+        return json.dumps(value["value"]).encode()
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
 
 
