@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -121,7 +121,7 @@ class ZooKeeperStore:
             raise StoreError(f"not connected to ZooKeeper at {self.connect} ({self.client.state})")
         return self.client
 
-    def _wait(self, async_result, what: str):
+    def _wait(self, async_result: Any, what: str) -> Any:
         """The result of a kazoo request within request_timeout_s; ZooKeeper's own errors pass."""
         try:
             return async_result.get(timeout=self.request_timeout_s)
