@@ -30,6 +30,7 @@ from odradek.server.controller_channel import ControllerChannel
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.workers import Workers
 
 if TYPE_CHECKING:
     from odradek.server.coordinators import Coordinators
@@ -37,12 +38,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Clock = Callable[[], int]
-
-
-class Workers(Protocol):
-    """The bounded worker pool (`server/workers.py`; `InlinePool` in tests)."""
-
-    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T: ...
 
 
 class LogDirs(Protocol):

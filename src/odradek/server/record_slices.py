@@ -28,6 +28,7 @@ import struct
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records.convert import v2_to_legacy_prefix
 from odradek.storage.errors import StorageError
+from odradek.server.workers import Workers
 from odradek.storage.fileslice import FileSlice
 
 log = logging.getLogger("odradek.fetch")
@@ -44,13 +45,13 @@ _ZEROS = bytes(64 * 1024)
 Cursor = tuple[int, int]  # (index of the slice, file position of the next entry in it)
 
 
-def native_sendfile(loop) -> bool:
+def native_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
     """asyncio's own selector loop sends files natively; uvloop's loop.sendfile would fall back to
     seeking and reading the shared segment file object, which storage forbids."""
     return isinstance(loop, asyncio.BaseEventLoop) and hasattr(loop, "_sendfile_native")
 
 
-async def _drained(transport) -> None:
+async def _drained(transport: asyncio.WriteTransport) -> None:
     """Wait while the transport's buffer is above its high-water mark (network.Connection's event)."""
     drained = getattr(transport.get_protocol(), "drained", None)
     if drained is not None and not drained.is_set():
@@ -64,7 +65,8 @@ class RecordSlices:
         self.slices = slices
         self.size = sum(s.length for s in slices)
 
-    async def send(self, transport, loop, use_sendfile: bool) -> None:
+    async def send(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop,
+                   use_sendfile: bool) -> None:
         for s in self.slices:
             if use_sendfile and s.length >= SENDFILE_MIN_BYTES:
                 await loop.sendfile(transport, s.file, s.position, s.length, fallback=False)
@@ -84,8 +86,8 @@ class LegacyRecords:
 
     __slots__ = ("slices", "magic", "fetch_offset", "workers", "size", "_first", "_cursor")
 
-    def __init__(self, slices: list, magic: int, fetch_offset: int, workers, first: bytes, cursor: Cursor,
-                 size: int) -> None:
+    def __init__(self, slices: list[FileSlice], magic: int, fetch_offset: int, workers: Workers, first: bytes,
+                 cursor: Cursor, size: int) -> None:
         self.slices = slices
         self.magic = magic
         self.fetch_offset = fetch_offset
@@ -95,7 +97,8 @@ class LegacyRecords:
         self._cursor = cursor
 
     @classmethod
-    async def convert_first(cls, slices: list, magic: int, fetch_offset: int, workers) -> LegacyRecords | None:
+    async def convert_first(cls, slices: list[FileSlice], magic: int, fetch_offset: int,
+                            workers: Workers) -> LegacyRecords | None:
         """Convert the first batch that gives messages (on the worker pool) and size the response by
         it; None when no batch does (only control batches: a legacy reader sees nothing). Raises
         ProtocolError or StorageError when that batch cannot be read or converted."""
@@ -106,7 +109,8 @@ class LegacyRecords:
         stored = sum(s.length for s in slices)
         return cls(slices, magic, fetch_offset, workers, first, cursor, max(stored, len(first)))
 
-    async def send(self, transport, loop, use_sendfile: bool) -> None:
+    async def send(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop,
+                   use_sendfile: bool) -> None:
         remaining = self.size
         pending, self._first = self._first, None
         cursor = self._cursor
@@ -138,7 +142,7 @@ class LegacyRecords:
         return (out or None), cursor
 
 
-async def _write_overflow(transport, remaining: int) -> None:
+async def _write_overflow(transport: asyncio.WriteTransport, remaining: int) -> None:
     """`remaining` bytes that a legacy reader takes for a partial entry: an entry head announcing a
     message longer than what is left, then zeros."""
     transport.write(_ENTRY_HEAD.pack(-1, min(remaining + 1, _INT32_MAX))[:remaining])

@@ -18,7 +18,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
-from typing import Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -56,6 +56,12 @@ class WorkerPool:
         """Stop admitting work; threads finish what they hold, without blocking the caller."""
         self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Workers(Protocol):
+    """What callers need of a pool: `WorkerPool`, or `InlinePool` in tests."""
+
+    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T: ...
 
 
 def inline_pool() -> "InlinePool":
