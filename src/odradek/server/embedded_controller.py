@@ -36,11 +36,11 @@ from odradek.cluster.store import Create, EmbeddedStore, Op, SetData, StoreError
 from odradek.cluster.topics import PartitionState, TopicInfo
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.server.config import BrokerConfig, ConfigError, TopicConfig
-from odradek.server.context import Workers
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.partition import LeaderAndIsrState
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.slices import Slices, run_now, run_sliced
+from odradek.server.workers import Workers
 from odradek.storage.checkpoints import fsync_dir
 from odradek.storage.config import LogConfig
 from odradek.storage.errors import StorageError
