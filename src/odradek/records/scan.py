@@ -26,7 +26,9 @@ batch's max_timestamp, whatever the header claimed (ListOffsets by time relies o
 Two implementations share this contract: `scan_records_loop`, a plain loop used below
 `VECTOR_MIN_RECORDS` records (numpy's fixed cost per call is more than the loop's cost per record
 there), and `scan_vector.scan_records_vector` for larger batches. Tests hold them to the same results.
-Neither allocates more than a bounded chunk beyond `data`.
+Neither allocates more than a bounded chunk beyond `data`. A `LoopBudget` bounds the work done one
+record or header at a time (the vectorised scan falls back to that for records of varied sizes and
+for many headers), so the broker can scan on its event loop and hand the rest to a worker.
 """
 
 from __future__ import annotations
@@ -46,6 +48,27 @@ KEY_ERROR = 1        # a null key where keys are required
 TIMESTAMP_ERROR = 2  # a timestamp outside the allowed range
 
 
+class LoopBudgetExceeded(Exception):
+    """The scan would do more plain-loop work than its budget allows (nothing was changed)."""
+
+
+class LoopBudget:
+    """How many units of plain-loop work (a record framed or checked one at a time, a header read one
+    at a time) a scan may do; None: unlimited. Lets a caller on the event loop hand varied or
+    header-heavy batches to a worker after a bounded amount of work."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, units: int | None = None) -> None:
+        self.left = units
+
+    def spend(self, units: int) -> None:
+        if self.left is not None:
+            self.left -= units
+            if self.left < 0:
+                raise LoopBudgetExceeded()
+
+
 class InvalidRecordError(ProtocolError):
     """The records of a batch do not match its header or their own lengths."""
 
@@ -54,7 +77,7 @@ class InvalidRecordError(ProtocolError):
         self.index = index
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RecordRules:
     """What each record must satisfy besides its framing. Timestamps are absolute and inclusive;
     None leaves that side unchecked."""
@@ -65,7 +88,7 @@ class RecordRules:
     max_errors: int = DEFAULT_MAX_ERRORS
 
 
-@dataclass
+@dataclass(slots=True)
 class RecordsScan:
     count: int
     max_timestamp_delta: int
@@ -73,7 +96,7 @@ class RecordsScan:
     error_count: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DeltaBounds:
     """RecordRules' timestamps relative to one batch's base_timestamp, clamped to int64."""
 
@@ -102,40 +125,53 @@ def check_count(count: int, size: int) -> None:
                                  f"cannot hold")
 
 
-def scan_records(data, count: int, base_timestamp: int, rules: RecordRules = RecordRules()) -> RecordsScan:
-    """Check every record of a records section (see the module docstring)."""
+def scan_records(data, count: int, base_timestamp: int, rules: RecordRules = RecordRules(),
+                 budget: LoopBudget | None = None) -> RecordsScan:
+    """Check every record of a records section (see the module docstring); LoopBudgetExceeded when
+    it would take more plain-loop work than `budget`."""
     check_count(count, len(data))
     bounds = delta_bounds(base_timestamp, rules)
     if count < VECTOR_MIN_RECORDS:
-        return scan_records_loop(data, count, bounds)
+        return scan_records_loop(data, count, bounds, budget)
     from odradek.records.scan_vector import scan_records_vector  # numpy: loaded by the broker only
-    return scan_records_vector(data, count, bounds)
+    return scan_records_vector(data, count, bounds, budget)
 
 
-def scan_records_loop(data, count: int, bounds: DeltaBounds) -> RecordsScan:
+def scan_records_loop(data, count: int, bounds: DeltaBounds, budget: LoopBudget | None = None) -> RecordsScan:
     """The plain loop: one record at a time, every length checked before it is used."""
-    end = len(data)
     result = RecordsScan(count, INT64_MIN)
-    pos = 0
-    for i in range(count):
+    end = len(data)
+    pos = check_records(data, 0, end, 0, count, bounds, budget or LoopBudget(), result)
+    if pos != end:
+        raise InvalidRecordError(f"{end - pos} bytes are left over after the {count} records the batch "
+                                 f"declares")
+    return result
+
+
+def check_records(data, pos: int, end: int, first: int, count: int, bounds: DeltaBounds, budget: LoopBudget,
+                  result: RecordsScan) -> int:
+    """Check records first..count-1 from pos, one at a time, into result; return where they end."""
+    budget.spend(count - first)
+    for i in range(first, count):
         if pos >= end:
             raise InvalidRecordError(f"the batch declares {count} records but holds {i}")
-        try:
-            pos, timestamp_delta, key_length = _check_record(data, pos, end, i)
-        except InvalidRecordError:
-            raise
-        except ProtocolError as e:
-            raise InvalidRecordError(str(e), i) from None
+        quick = _quick_record(data, pos, end, i)
+        if quick is not None:
+            pos, timestamp_delta, key_length = quick
+        else:
+            try:
+                pos, timestamp_delta, key_length = _check_record(data, pos, end, i, budget)
+            except InvalidRecordError:
+                raise
+            except ProtocolError as e:
+                raise InvalidRecordError(str(e), i) from None
         if timestamp_delta > result.max_timestamp_delta:
             result.max_timestamp_delta = timestamp_delta
         if bounds.keys_required and key_length < 0:
             note_error(result, bounds, i, KEY_ERROR)
         elif (timestamp_delta < bounds.low or timestamp_delta > bounds.high) and timestamp_delta != bounds.skip:
             note_error(result, bounds, i, TIMESTAMP_ERROR)
-    if pos != end:
-        raise InvalidRecordError(f"{end - pos} bytes are left over after the {count} records the batch "
-                                 f"declares")
-    return result
+    return pos
 
 
 def note_error(result: RecordsScan, bounds: DeltaBounds, index: int, kind: int) -> None:
@@ -144,7 +180,64 @@ def note_error(result: RecordsScan, bounds: DeltaBounds, index: int, kind: int) 
     result.error_count += 1
 
 
-def _check_record(data, pos: int, end: int, i: int) -> tuple[int, int, int]:
+def _quick_record(data, pos: int, end: int, i: int) -> tuple[int, int, int] | None:
+    """`_check_record` for the common shape (length, offset delta and value length of at most two
+    bytes, one-byte timestamp delta and key length, no headers), inline; None for any other record,
+    good or bad, which `_check_record` then reads."""
+    if end - pos < 8:
+        return None
+    b = data[pos]
+    if b < 0x80:
+        length = (b >> 1) ^ -(b & 1)
+        p = pos + 1
+    else:
+        c = data[pos + 1]
+        if c >= 0x80:
+            return None
+        u = (b & 0x7F) | (c << 7)
+        length = (u >> 1) ^ -(u & 1)
+        p = pos + 2
+    record_end = p + length
+    if length < MIN_BODY_SIZE or record_end > end:
+        return None
+    t = data[p + 1]
+    o = data[p + 2]
+    if t >= 0x80:
+        return None
+    if o < 0x80:
+        if o != i + i:
+            return None
+        p += 3
+    else:
+        c = data[p + 3]
+        if c >= 0x80 or (o & 0x7F) | (c << 7) != i + i:
+            return None
+        p += 4
+    k = data[p]
+    if k >= 0x80:
+        return None
+    key_length = (k >> 1) ^ -(k & 1)
+    p += 1 + max(key_length, 0)
+    if key_length < -1 or p + 2 > record_end:
+        return None
+    b = data[p]
+    if b < 0x80:
+        value_length = (b >> 1) ^ -(b & 1)
+        p += 1
+    else:
+        c = data[p + 1]
+        if c >= 0x80:
+            return None
+        u = (b & 0x7F) | (c << 7)
+        value_length = (u >> 1) ^ -(u & 1)
+        p += 2
+    p += max(value_length, 0)
+    if value_length < -1 or p + 1 != record_end or data[p] != 0:
+        return None
+    return record_end, (t >> 1) ^ -(t & 1), key_length
+
+
+def _check_record(data, pos: int, end: int, i: int, budget: LoopBudget) -> tuple[int, int, int]:
     """Check record i at pos; return (end of the record, timestamp delta, key length)."""
     length, pos = read_varint(data, pos, end)
     if length < MIN_BODY_SIZE or length > end - pos:
@@ -154,11 +247,19 @@ def _check_record(data, pos: int, end: int, i: int) -> tuple[int, int, int]:
     offset_delta, p = read_varint(data, p, record_end)
     if offset_delta != i:
         raise InvalidRecordError(f"offset delta {offset_delta}, expected {i}", i)
-    key_length, p = _skip_bytes(data, p, record_end, i, "key", -1)
-    _, p = _skip_bytes(data, p, record_end, i, "value", -1)
+    key_length, p = read_varint(data, p, record_end)
+    if key_length < -1 or key_length > record_end - p:
+        _skip_bytes(data, p, record_end, i, "key", -1, key_length)  # raises, with the message
+    p += max(key_length, 0)
+    value_length, p = read_varint(data, p, record_end)
+    if value_length < -1 or value_length > record_end - p:
+        _skip_bytes(data, p, record_end, i, "value", -1, value_length)
+    p += max(value_length, 0)
     headers, p = read_varint(data, p, record_end)
     if headers < 0 or headers > (record_end - p) // MIN_HEADER_SIZE:
         raise InvalidRecordError(f"header count {headers} is invalid for the bytes left", i)
+    if headers:
+        budget.spend(headers)
     for _ in range(headers):
         _, p = _skip_bytes(data, p, record_end, i, "header key", 0)
         _, p = _skip_bytes(data, p, record_end, i, "header value", -1)
@@ -167,8 +268,11 @@ def _check_record(data, pos: int, end: int, i: int) -> tuple[int, int, int]:
     return record_end, timestamp_delta, key_length
 
 
-def _skip_bytes(data, pos: int, end: int, i: int, what: str, smallest: int) -> tuple[int, int]:
-    n, pos = read_varint(data, pos, end)
+def _skip_bytes(data, pos: int, end: int, i: int, what: str, smallest: int,
+                n: int | None = None) -> tuple[int, int]:
+    """A length varint (>= smallest) and the bytes it counts; n: the length, already read."""
+    if n is None:
+        n, pos = read_varint(data, pos, end)
     if n < smallest:
         raise InvalidRecordError(f"{what} length {n} is negative", i)
     if n > end - pos:

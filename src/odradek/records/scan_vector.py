@@ -1,23 +1,26 @@
 """The vectorised record scan: `scan.scan_records`' contract for batches of many records, in numpy.
 
-Two steps per chunk of at most `CHUNK_RECORDS` records (so memory stays bounded whatever the batch):
+Two steps, segment by segment, each of at most `CHUNK_RECORDS` records (memory stays bounded):
 
 1. Framing: where each record starts. Each record's position depends on the previous record's
-   length, so this is a chain. It is found by speculation: read the next record's length; assume the
-   following records have the same size (a producer's records often do), decode the length varint at
-   every assumed start at once and keep the longest prefix whose lengths agree with the assumption.
-   Those records are proved, since each one's length leads exactly to the next start. When a
-   speculation proves fewer than `SPECULATE_MIN` records, the next records are framed by a plain
-   loop over their length varints (`HOP_FIRST` records, doubling up to `HOP_MAX` while speculation
-   keeps failing), so records of varied sizes cost about that loop.
-2. Fields: with every record's start and end known, each field is decoded for all records at once
-   (the bytes at each record's position are gathered, one column per varint byte); every length is
-   checked against its record's end, and the offset deltas against 0, 1, 2, ... Headers are decoded
-   header by header across the records that have that many, and by the plain loop once few remain.
-
-Varints of up to 3 bytes (values below 2**20, zig-zagged) are decoded in the vector path; longer ones
-(rare: record lengths of 1 MiB or more, timestamp deltas of 17 minutes or more) take a 2-D gather of
-their rows only.
+   length, so this is a chain. It is found by speculation: read the next record's length and layout
+   (`_Layout`: where its deltas and its key length, value length and header count varints are) and
+   assume the following records have the same size and layout (a producer's records often do). The
+   8-byte words that cover those varints are read at once for every assumed record (a strided view
+   of the bytes) and the longest prefix of records whose words equal the first one's, under a mask
+   (every bit of the lengths, the continuation bits of the deltas), is a proved run: each record's
+   length leads exactly to the next one, and all have the first one's layout. When a speculation
+   proves fewer than `SPECULATE_MIN` records, the next records are framed by a plain loop over their
+   length varints (`HOP_FIRST` records, doubling up to `HOP_MAX` while speculation keeps failing, then
+   speculating over `WINDOW_FIRST` records only), so records of varied sizes cost about that loop.
+2. Fields. In a run, only the two deltas are left: they are decoded from the same words, and the
+   offset deltas compared with 0, 1, 2, ... Records outside runs (framed by the loop, or with
+   headers, whose layout is not fixed) take the general path: each field is decoded for all records
+   at once by gathering the bytes at each record's position, every length is checked against its
+   record's end, and headers are decoded header by header across the records that have that many,
+   then by a plain loop once few remain. Varints of up to 3 bytes are decoded there directly; longer
+   ones (rare: 1 MiB records, timestamp deltas of 17 minutes or more) take a 2-D gather of their rows
+   only.
 """
 
 from __future__ import annotations
@@ -26,16 +29,17 @@ import numpy as np
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records.scan import (
-    KEY_ERROR, MIN_BODY_SIZE, MIN_HEADER_SIZE, TIMESTAMP_ERROR, DeltaBounds, InvalidRecordError, RecordsScan,
+    KEY_ERROR, MIN_BODY_SIZE, MIN_HEADER_SIZE, TIMESTAMP_ERROR, DeltaBounds, InvalidRecordError, LoopBudget,
+    RecordsScan, check_records,
 )
-from odradek.records.varint import INT64_MIN, read_varint
+from odradek.records.varint import INT64_MIN, read_varint, read_varlong
 
 CHUNK_RECORDS = 1 << 15
 SPECULATE_MIN = 16
 HOP_FIRST = 64
 HOP_MAX = 4096
-WINDOW_FIRST = 256
-HEADER_VECTOR_MIN_ROWS = 8  # below this many records still holding headers, the plain loop is cheaper
+WINDOW_FIRST = 1024
+HEADER_VECTOR_MIN_ROWS = 64  # below this many records still holding headers, the plain loop
 
 _I64 = np.int64
 _COLUMNS_5 = np.arange(5, dtype=_I64)
@@ -43,18 +47,32 @@ _COLUMNS_10 = np.arange(10, dtype=_I64)
 _SHIFTS_10 = (7 * np.arange(10, dtype=np.uint64)).astype(np.uint64)
 
 
-def scan_records_vector(data, count: int, bounds: DeltaBounds) -> RecordsScan:
-    arr = np.frombuffer(data, dtype=np.uint8)
-    end = len(arr)
-    framer = _Framer(arr, data, end)
-    result = RecordsScan(count, INT64_MIN)
+class _Scan:
+    """What one scan's steps share: the bytes (as an array and as given), the rules, the result so
+    far and the budget of plain-loop work."""
+
+    __slots__ = ("arr", "buf", "bounds", "result", "budget")
+
+    def __init__(self, data, bounds: DeltaBounds, result: RecordsScan, budget: LoopBudget) -> None:
+        self.arr = np.frombuffer(data, dtype=np.uint8)
+        self.buf = data
+        self.bounds = bounds
+        self.result = result
+        self.budget = budget
+
+
+def scan_records_vector(data, count: int, bounds: DeltaBounds, budget: LoopBudget | None = None) -> RecordsScan:
+    scan = _Scan(data, bounds, RecordsScan(count, INT64_MIN), budget or LoopBudget())
+    end = len(scan.arr)
+    framer = _Framer(scan.arr, data, end, scan.budget)
     done = 0
     pos = 0
     while done < count and pos < end:
-        starts, ends = framer.frame(pos, min(CHUNK_RECORDS, count - done), done)
-        _check_fields(arr, data, starts, ends, done, bounds, result)
-        done += len(starts)
-        pos = int(ends[-1])
+        try:
+            pos, done = _segment(scan, framer, pos, done, count)
+        except InvalidRecordError as e:
+            _first_error(scan, pos, done, e)
+    result = scan.result
     if done < count:
         raise InvalidRecordError(f"the batch declares {count} records but holds {done}")
     if pos != end:
@@ -63,47 +81,85 @@ def scan_records_vector(data, count: int, bounds: DeltaBounds) -> RecordsScan:
     return result
 
 
-# -------------------------------------------------------------------------------------- framing
-class _Framer:
-    """Finds the body start and end of successive records (see the module docstring, step 1)."""
+def _segment(scan: _Scan, framer: "_Framer", pos: int, done: int, count: int) -> tuple[int, int]:
+    """Frame and check the next segment of records from pos (record `done`); return where it ends."""
+    segment = framer.next(pos, min(CHUNK_RECORDS, count - done), done)
+    if isinstance(segment, _Run):
+        if not _check_run(scan, segment, done):
+            _check_fields(scan, *segment.bounds(), done)
+        return segment.end, done + segment.n
+    starts, ends = segment
+    _check_fields(scan, starts, ends, done)
+    return int(ends[-1]), done + len(starts)
 
-    def __init__(self, arr: np.ndarray, buf, end: int) -> None:
+
+def _first_error(scan: _Scan, pos: int, done: int, error: InvalidRecordError) -> None:
+    """Raise the first error among the records from `done` on: the vectorised checks go field by
+    field, so the record they name may not be the first bad one. The plain loop finds that one (it
+    need not go past the record named)."""
+    last = done if error.index is None else error.index + 1
+    check_records(scan.buf, pos, len(scan.arr), done, last, scan.bounds, scan.budget,
+                  RecordsScan(0, INT64_MIN))
+    raise error
+
+
+# -------------------------------------------------------------------------------------- framing
+class _Run:
+    """n records of `stride` bytes from pos, each with the same length varint bytes (`head` of them).
+    With a layout, every record also has the first one's layout."""
+
+    __slots__ = ("pos", "stride", "n", "head", "layout", "words")
+
+    def __init__(self, pos: int, stride: int, n: int, head: int, layout: "_Layout | None" = None) -> None:
+        self.pos, self.stride, self.n, self.head, self.layout = pos, stride, n, head, layout
+        self.words: dict[int, np.ndarray] = {}
+
+    def word(self, arr: np.ndarray, at: int) -> np.ndarray:
+        """Bytes at..at+7 of every record as a little-endian uint64 (at + 8 <= stride), copied from
+        a strided view (numpy works on a contiguous copy several times faster) and kept."""
+        word = self.words.get(at)
+        if word is None:
+            view = np.ndarray((self.n,), dtype="<u8", buffer=arr, offset=self.pos + at, strides=(self.stride,))
+            word = self.words[at] = view.copy()
+        return word[:self.n]
+
+    @property
+    def end(self) -> int:
+        return self.pos + self.n * self.stride
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        starts = self.pos + self.stride * np.arange(self.n, dtype=_I64)
+        return starts + self.head, starts + self.stride
+
+
+class _Framer:
+    """Finds successive records (see the module docstring, step 1)."""
+
+    def __init__(self, arr: np.ndarray, buf, end: int, budget: LoopBudget) -> None:
         self.arr = arr
         self.buf = buf
         self.end = end
+        self.budget = budget
         self.hop_run = 0
         self.next_hop = HOP_FIRST
-        self.window = WINDOW_FIRST
+        self.window = CHUNK_RECORDS
 
-    def frame(self, pos: int, limit: int, index: int) -> tuple[np.ndarray, np.ndarray]:
-        starts: list[np.ndarray] = []
-        ends: list[np.ndarray] = []
-        got = 0
-        while got < limit and pos < self.end:
-            if self.hop_run:
-                s, e = self._hop(pos, min(self.hop_run, limit - got), index + got)
-                self.hop_run = 0
-            else:
-                s, e = self._speculate(pos, min(self.window, limit - got), index + got)
-                self._adapt(len(s), limit - got)
-            starts.append(s)
-            ends.append(e)
-            got += len(s)
-            pos = int(e[-1])
-        if len(starts) == 1:
-            return starts[0], ends[0]
-        return np.concatenate(starts), np.concatenate(ends)
-
-    def _adapt(self, proved: int, wanted: int) -> None:
-        """Widen speculation while it proves whole windows; hop, longer each time, while it fails."""
-        if proved >= min(self.window, wanted):
-            self.window = min(self.window * 4, CHUNK_RECORDS)
+    def next(self, pos: int, limit: int, index: int) -> "_Run | tuple[np.ndarray, np.ndarray]":
+        """The next segment of at most `limit` records from pos: a run, or (body starts, ends)."""
+        if self.hop_run:
+            n, self.hop_run = min(self.hop_run, limit), 0
+            self.budget.spend(n)
+            return self._hop(pos, n, index)
+        run = self._speculate(pos, min(self.window, limit), index)
+        if run.n >= SPECULATE_MIN or run.n >= limit:
+            # Equal sizes so far (a run ends where a varint widens): speculate as far next time.
+            self.window = CHUNK_RECORDS
             self.next_hop = HOP_FIRST
-        else:
+        else:  # varied sizes: frame one by one for a while, then speculate over a short window
             self.window = WINDOW_FIRST
-            if proved < SPECULATE_MIN:
-                self.hop_run = self.next_hop
-                self.next_hop = min(self.next_hop * 2, HOP_MAX)
+            self.hop_run = self.next_hop
+            self.next_hop = min(self.next_hop * 2, HOP_MAX)
+        return run
 
     def _length(self, pos: int, index: int) -> tuple[int, int]:
         """The body start and end of the record at pos, read one varint at a time."""
@@ -143,21 +199,72 @@ class _Framer:
             finish(pos)
         return np.array(starts, dtype=_I64), np.array(ends, dtype=_I64)
 
-    def _speculate(self, pos: int, limit: int, index: int) -> tuple[np.ndarray, np.ndarray]:
+    def _speculate(self, pos: int, limit: int, index: int) -> _Run:
         body, record_end = self._length(pos, index)
         stride = record_end - pos
         m = min(limit, (self.end - pos) // stride)
-        if m <= 1:
-            return np.array([body], dtype=_I64), np.array([record_end], dtype=_I64)
-        candidates = pos + stride * np.arange(m, dtype=_I64)
-        u, size = _uvarint3(self.arr, candidates)
-        length = (u >> 1) ^ -(u & 1)
-        ok = (size + length == stride) & (length >= MIN_BODY_SIZE)
-        proved = m if ok.all() else max(int(np.argmin(ok)), 1)  # row 0 is proved by _length
-        if proved == 1 and not ok[0]:  # a length varint longer than 3 bytes: take _length's answer
-            return np.array([body], dtype=_I64), np.array([record_end], dtype=_I64)
-        candidates = candidates[:proved]
-        return candidates + size[:proved], candidates + stride
+        layout = _layout(self.buf, pos, record_end)
+        if layout is None:  # only the length varints are compared
+            lengths = self.arr[pos:pos + m * stride].reshape(m, stride)[:, :body - pos]
+            same = (lengths == lengths[0]).all(axis=1)
+            return _Run(pos, stride, m if same.all() else int(np.argmin(same)), body - pos)
+        run = _Run(pos, stride, m, body - pos, layout)
+        differ = None
+        for at, mask in layout.words:
+            word = run.word(self.arr, at) & np.uint64(mask)
+            differ = word != word[0] if differ is None else differ | (word != word[0])
+        if differ is not None and differ.any():
+            run.n = int(np.argmax(differ))
+        return run
+
+
+class _Layout:
+    """A record's layout, read from its bytes. `words` are 8-byte windows [(column, mask)] covering
+    its length varint, its timestamp and offset delta varints (continuation bits only) and its key
+    length, value length and header count varints: a record of `stride` bytes with the same bytes
+    under these masks has the same layout. `ts` and `od` are (column, width) of the two deltas."""
+
+    __slots__ = ("words", "ts", "od", "null_key")
+
+    def __init__(self, words: list[tuple[int, int]], ts: tuple[int, int], od: tuple[int, int],
+                 null_key: bool) -> None:
+        self.words, self.ts, self.od, self.null_key = words, ts, od, null_key
+
+
+def _layout(buf, pos: int, end: int) -> _Layout | None:
+    """The layout of the record at buf[pos:end]; None when it has headers, a delta of more than 8
+    bytes, fewer than 8 bytes or a field that does not fit (the general path then says what is
+    wrong)."""
+    stride = end - pos
+    try:
+        _, p = read_varint(buf, pos, end)
+        ts_at = p + 1
+        _, od_at = read_varlong(buf, ts_at, end)
+        _, key_at = read_varint(buf, od_at, end)
+        key_length, p = read_varint(buf, key_at, end)
+        fixed = [*range(pos, ts_at - 1), *range(key_at, p)]
+        value_at = p + max(key_length, 0)
+        value_length, p = read_varint(buf, value_at, end)
+        fixed += range(value_at, p)
+        headers_at = p + max(value_length, 0)
+        headers, p = read_varint(buf, headers_at, end)
+        fixed += range(headers_at, p)
+    except ProtocolError:
+        return None
+    if headers != 0 or p != end or key_length < -1 or value_length < -1 or stride < 8 \
+            or od_at - ts_at > 8 or key_at - od_at > 8:
+        return None
+    columns = sorted([(c - pos, 0xFF) for c in fixed] + [(c - pos, 0x80) for c in range(ts_at, key_at)])
+    words = []
+    i = 0
+    while i < len(columns):
+        at = min(columns[i][0], stride - 8)
+        mask = 0
+        while i < len(columns) and columns[i][0] < at + 8:
+            mask |= columns[i][1] << (8 * (columns[i][0] - at))
+            i += 1
+        words.append((at, mask))
+    return _Layout(words, (ts_at - pos, od_at - ts_at), (od_at - pos, key_at - od_at), key_length < 0)
 
 
 def _uvarint3(arr: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,8 +282,37 @@ def _uvarint3(arr: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -------------------------------------------------------------------------------------- fields
-def _check_fields(arr: np.ndarray, buf, starts: np.ndarray, ends: np.ndarray, index: int,
-                  bounds: DeltaBounds, result: RecordsScan) -> None:
+def _check_run(scan: _Scan, run: _Run, index: int) -> bool:
+    """Check a run whose records share the first one's layout (see the module docstring, step 2):
+    only the two deltas are left to decode. False, having noted nothing, for a run without a layout
+    or with offset deltas out of order (the general path then says which)."""
+    layout = run.layout
+    if layout is None:
+        return False
+    offset_delta = _unsigned(scan.arr, run, *layout.od)
+    if not np.array_equal(offset_delta, np.arange(2 * index, 2 * (index + run.n), 2, dtype=np.uint64)):
+        return False  # zig-zag: offset delta i is 2i
+    u = _unsigned(scan.arr, run, *layout.ts).view(_I64)
+    _note(scan, (u >> 1) ^ -(u & 1), layout.null_key, index)
+    return True
+
+
+def _unsigned(arr: np.ndarray, run: _Run, at: int, width: int) -> np.ndarray:
+    """The unsigned varint of `width` bytes (at most 8) at column `at` of every record of the run."""
+    start = min(at, run.stride - 8)
+    word = run.word(arr, start)
+    if at > start:
+        word = word >> np.uint64(8 * (at - start))
+    if width == 1:
+        return word & np.uint64(0x7F)
+    u = word & np.uint64(0x7F)
+    for k in range(1, width):
+        u |= (word >> np.uint64(k)) & np.uint64(0x7F << (7 * k))
+    return u
+
+
+def _check_fields(scan: _Scan, starts: np.ndarray, ends: np.ndarray, index: int) -> None:
+    arr = scan.arr
     p = starts + 1  # attributes: present, since every body has at least MIN_BODY_SIZE bytes
     timestamp_delta, p = _field(arr, p, ends, index, "timestamp delta", long=True)
     offset_delta, p = _field(arr, p, ends, index, "offset delta")
@@ -193,23 +329,29 @@ def _check_fields(arr: np.ndarray, buf, starts: np.ndarray, ends: np.ndarray, in
         i = int(np.argmax(bad))
         raise InvalidRecordError(f"header count {int(headers[i])} is invalid for the bytes left", index + i)
     if headers.any():
-        p = _headers(arr, buf, p, ends, headers, index)
+        p = _headers(scan, p, ends, headers, index)
     if not np.array_equal(p, ends):
         i = int(np.argmax(p != ends))
         raise InvalidRecordError(f"length {int(ends[i] - starts[i])} but its fields take "
                                  f"{int(p[i] - starts[i])}", index + i)
-    _note(timestamp_delta, key_length, index, bounds, result)
+    _note(scan, timestamp_delta, key_length < 0, index)
 
 
-def _note(timestamp_delta: np.ndarray, key_length: np.ndarray, index: int, bounds: DeltaBounds,
-          result: RecordsScan) -> None:
-    """Fold a chunk into the result: its largest timestamp delta and its per-record errors."""
+def _note(scan: _Scan, timestamp_delta: np.ndarray, null_key: "np.ndarray | bool", index: int) -> None:
+    """Fold records into the result: their largest timestamp delta and their per-record errors.
+    null_key: per record, or one answer for all of them."""
+    bounds, result = scan.bounds, scan.result
     top = int(timestamp_delta.max())
     if top > result.max_timestamp_delta:
         result.max_timestamp_delta = top
-    if not bounds.keys_required and not bounds.checks_timestamps:
+    keys_bad = bounds.keys_required and bool(null_key.any() if isinstance(null_key, np.ndarray) else null_key)
+    times_bad = bounds.checks_timestamps and (top > bounds.high or int(timestamp_delta.min()) < bounds.low)
+    if not keys_bad and not times_bad:
         return
-    bad_key = key_length < 0 if bounds.keys_required else np.zeros(len(key_length), dtype=bool)
+    n = len(timestamp_delta)
+    if not bounds.keys_required:
+        null_key = False
+    bad_key = null_key if isinstance(null_key, np.ndarray) else np.full(n, null_key, dtype=bool)
     bad = bad_key
     if bounds.checks_timestamps:
         bad_time = (timestamp_delta < bounds.low) | (timestamp_delta > bounds.high)
@@ -284,10 +426,10 @@ def _bytes_field(arr: np.ndarray, p: np.ndarray, ends: np.ndarray, index: int, w
     return n, q
 
 
-def _headers(arr: np.ndarray, buf, p: np.ndarray, ends: np.ndarray, counts: np.ndarray,
-             index: int) -> np.ndarray:
+def _headers(scan: _Scan, p: np.ndarray, ends: np.ndarray, counts: np.ndarray, index: int) -> np.ndarray:
     """Skip every record's headers; return the positions after them. Header j of all records that
     have a header j is decoded at once, until few records remain (then the plain loop)."""
+    arr = scan.arr
     p = p.copy()
     rows = np.flatnonzero(counts)
     at = p[rows]
@@ -302,8 +444,9 @@ def _headers(arr: np.ndarray, buf, p: np.ndarray, ends: np.ndarray, counts: np.n
             p[rows[done]] = at[done]
             keep = ~done
             rows, at, row_ends, left = rows[keep], at[keep], row_ends[keep], left[keep]
+    scan.budget.spend(int(left.sum()))
     for row, pos, row_end, n in zip(rows.tolist(), at.tolist(), row_ends.tolist(), left.tolist()):
-        p[row] = _headers_loop(buf, pos, row_end, n, index + row)
+        p[row] = _headers_loop(scan.buf, pos, row_end, n, index + row)
     return p
 
 

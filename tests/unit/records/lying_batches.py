@@ -89,3 +89,4 @@ def gzip_bomb_wrapper(messages: int, magic: int = 0) -> bytes:
         left -= n
     parts.append(z.flush())
     return legacy_message(None, b"".join(parts), magic=magic, attributes=codecs.GZIP)
+
