@@ -40,7 +40,7 @@ from odradek.records.varint import INT64_MAX, INT64_MIN, read_varint, read_varlo
 
 MIN_BODY_SIZE = 6  # attributes, timestamp delta, offset delta, key length, value length, header count
 MIN_HEADER_SIZE = 2  # key length and value length
-VECTOR_MIN_RECORDS = 48
+VECTOR_MIN_RECORDS = 32
 DEFAULT_MAX_ERRORS = 1000
 NO_TIMESTAMP = -1
 

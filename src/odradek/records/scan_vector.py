@@ -25,6 +25,8 @@ Two steps, segment by segment, each of at most `CHUNK_RECORDS` records (memory s
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from odradek.protocol.exceptions import ProtocolError
@@ -235,26 +237,34 @@ def _layout(buf, pos: int, end: int) -> _Layout | None:
     """The layout of the record at buf[pos:end]; None when it has headers, a delta of more than 8
     bytes, fewer than 8 bytes or a field that does not fit (the general path then says what is
     wrong)."""
-    stride = end - pos
     try:
         _, p = read_varint(buf, pos, end)
         ts_at = p + 1
         _, od_at = read_varlong(buf, ts_at, end)
         _, key_at = read_varint(buf, od_at, end)
-        key_length, p = read_varint(buf, key_at, end)
-        fixed = [*range(pos, ts_at - 1), *range(key_at, p)]
-        value_at = p + max(key_length, 0)
-        value_length, p = read_varint(buf, value_at, end)
-        fixed += range(value_at, p)
-        headers_at = p + max(value_length, 0)
+        key_length, value_at = read_varint(buf, key_at, end)
+        key_end = value_at
+        value_at += max(key_length, 0)
+        value_length, headers_at = read_varint(buf, value_at, end)
+        value_end = headers_at
+        headers_at += max(value_length, 0)
         headers, p = read_varint(buf, headers_at, end)
-        fixed += range(headers_at, p)
     except ProtocolError:
         return None
-    if headers != 0 or p != end or key_length < -1 or value_length < -1 or stride < 8 \
+    if headers != 0 or p != end or key_length < -1 or value_length < -1 or end - pos < 8 \
             or od_at - ts_at > 8 or key_at - od_at > 8:
         return None
-    columns = sorted([(c - pos, 0xFF) for c in fixed] + [(c - pos, 0x80) for c in range(ts_at, key_at)])
+    spans = ((0, ts_at - 1 - pos, 0xFF), (ts_at - pos, key_at - pos, 0x80), (key_at - pos, key_end - pos, 0xFF),
+             (value_at - pos, value_end - pos, 0xFF), (headers_at - pos, p - pos, 0xFF))
+    return _Layout(_words(end - pos, spans), (ts_at - pos, od_at - ts_at), (od_at - pos, key_at - od_at),
+                   key_length < 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _words(stride: int, spans: tuple[tuple[int, int, int], ...]) -> list[tuple[int, int]]:
+    """8-byte windows [(column, mask)] covering the columns of `spans` [(start, end, byte mask)] of a
+    record of `stride` bytes (a producer's batches repeat a few layouts: cached)."""
+    columns = [(c, mask) for start, stop, mask in spans for c in range(start, stop)]
     words = []
     i = 0
     while i < len(columns):
@@ -264,7 +274,7 @@ def _layout(buf, pos: int, end: int) -> _Layout | None:
             mask |= columns[i][1] << (8 * (columns[i][0] - at))
             i += 1
         words.append((at, mask))
-    return _Layout(words, (ts_at - pos, od_at - ts_at), (od_at - pos, key_at - od_at), key_length < 0)
+    return words
 
 
 def _uvarint3(arr: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -298,8 +308,9 @@ def _check_run(scan: _Scan, run: _Run, index: int) -> bool:
 
 
 def _unsigned(arr: np.ndarray, run: _Run, at: int, width: int) -> np.ndarray:
-    """The unsigned varint of `width` bytes (at most 8) at column `at` of every record of the run."""
-    start = min(at, run.stride - 8)
+    """The unsigned varint of `width` bytes (at most 8) at column `at` of every record of the run,
+    from a word speculation already read when one covers it."""
+    start = next((s for s in run.words if s <= at and at + width <= s + 8), min(at, run.stride - 8))
     word = run.word(arr, start)
     if at > start:
         word = word >> np.uint64(8 * (at - start))

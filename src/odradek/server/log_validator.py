@@ -17,8 +17,8 @@ Checks in order, each with Kafka's error code:
 4. Every record (`odradek.records.scan`): framing, lengths and offset deltas, and records_count equal
    to the records present (INVALID_RECORD). Null keys on compacted topics and CreateTime timestamps
    outside [now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms] are listed
-   per record (KIP-467 `record_errors`, at most `scan.DEFAULT_MAX_ERRORS`); the partition's error is
-   then INVALID_TIMESTAMP if any timestamp is wrong, else INVALID_RECORD.
+   per record (KIP-467 `record_errors`, the first `scan.DEFAULT_MAX_ERRORS` of them); the partition's
+   error is then INVALID_TIMESTAMP if a listed record's timestamp is wrong, else INVALID_RECORD.
 5. A compressed batch or wrapper inflates to at most `max_uncompressed_bytes(max.message.bytes)`
    and declares no more records than that could hold (MESSAGE_TOO_LARGE; Kafka has no such bound,
    but a broker that inflates what it is sent must bound it). Undecodable compressed data is
@@ -30,16 +30,15 @@ Kafka's setMaxTimestamp does), `now` on LogAppendTime topics. Legacy sets are co
 (`records.upconvert`); the converted batch must fit max.message.bytes, as in Kafka.
 
 Cost: entry framing, header fields and CRC are C speed; the record scan is vectorised for batches of
-many records (about 40 ns a record for a producer's batch of equal-size records). The produce handler
+many records (some 50 ns a record for a producer's batch of equal-size records). The produce handler
 validates on the event loop within a budget, `validate(..., inline=True)`: sets up to
 INLINE_MAX_BYTES and INLINE_MAX_RECORDS, compressed ones inflating to at most INLINE_INFLATE_MAX, at
-most INLINE_LOOP_MAX
-records or headers checked one at a time (records of varied sizes, many headers), legacy sets up to
-LEGACY_INLINE_MAX_BYTES (converted message by message). Past the budget, `NeedsWorker` is raised
-before anything is changed, and the handler validates on the worker pool (`needs_worker` tells it so
-at once from the size). Measured, a worker costs more CPU than the loop for a batch that fits the
-budget: numpy hands the GIL back and forth with the loop thread on every call. This module does no
-I/O and keeps no state, so it runs on any thread.
+most INLINE_LOOP_MAX records or headers checked one at a time (records of varied sizes, many
+headers), legacy sets up to LEGACY_INLINE_MAX_BYTES (converted message by message). Past the budget,
+`NeedsWorker` is raised before anything is changed, and the handler validates on the worker pool
+(`needs_worker` tells it so at once from the size). Measured, a worker costs twice the CPU of the
+loop for a batch that fits the budget: numpy hands the GIL back and forth with the loop thread on
+every call. This module does no I/O and keeps no state, so it runs on any thread.
 """
 
 from __future__ import annotations
@@ -49,11 +48,10 @@ from dataclasses import dataclass, field
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
-from odradek.records.header import (
-    HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader, peek_offset_and_length,
-    set_max_timestamp,
-)
 from odradek.records import scan_vector  # noqa: F401 (numpy loads with the broker, not on a first produce)
+from odradek.records.header import (
+    HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader, peek_offset_and_length, set_max_timestamp,
+)
 from odradek.records.scan import (
     DEFAULT_MAX_ERRORS, KEY_ERROR, MIN_BODY_SIZE, TIMESTAMP_ERROR, InvalidRecordError, LoopBudget,
     LoopBudgetExceeded, RecordRules, scan_records,
@@ -67,7 +65,7 @@ CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 INFLATION_MAX = 16                         # inflated bytes allowed per byte of max.message.bytes
 UNCOMPRESSED_CEILING = 64 * 1024 * 1024    # ... up to this, unless max.message.bytes is larger
-INLINE_MAX_BYTES = 2 * 1024 * 1024        # larger sets are validated on the worker pool
+INLINE_MAX_BYTES = 2 * 1024 * 1024         # larger sets are validated on the worker pool
 INLINE_INFLATE_MAX = 64 * 1024             # inline, a compressed v2 batch may inflate this far
 INLINE_LOOP_MAX = 2048                     # inline, records or headers checked one at a time
 INLINE_MAX_RECORDS = 32 * 1024             # inline, records in a batch (vectorised: some 50 ns each)
@@ -156,6 +154,9 @@ def validate(records, rules: TopicRules, now_ms: int, api_version: int | None = 
 def _frame(view: memoryview, rules: TopicRules, api_version: int | None) -> int:
     """Check the entries' framing, count, magics and sizes; return their magic."""
     end = len(view)
+    if end > MAGIC_OFFSET and view[MAGIC_OFFSET] == 2 and end <= rules.max_message_bytes \
+            and peek_offset_and_length(view, 0)[1] == end - LOG_OVERHEAD:
+        return 2  # the common case: one v2 batch, exactly
     pos = 0
     magic = -1
     while pos < end:

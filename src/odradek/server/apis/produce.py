@@ -8,9 +8,9 @@ appended records or `timeout_ms` expires, and refuses the write when the ISR is 
 
 Each partition's records are checked by `log_validator` as Kafka's LogValidator checks them, inline
 within a small budget; sets past it (large ones, compressed ones that inflate far, legacy ones to
-convert) are checked on the broker's worker pool, so the event loop never waits on them. A refused partition gets Kafka's error
-code and, from v8, `error_message` and the KIP-467 `record_errors` (batch_index of each bad record),
-so that a client fails only those records.
+convert) are checked on the broker's worker pool, so the event loop never waits on them. A refused
+partition gets Kafka's error code and, from v8, `error_message` and the KIP-467 `record_errors`
+(batch_index of each bad record), so that a client fails only those records.
 
 Batches of idempotent producers are checked against the partition's producer state
 (`odradek.storage.producer_state`): a resent batch is answered NONE with its original base offset
