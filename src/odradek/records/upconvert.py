@@ -64,7 +64,7 @@ def legacy_to_v2_batch(buf, rules: RecordRules, *, max_uncompressed_bytes: int) 
     """Convert a produced legacy message set (see the module docstring)."""
     view = memoryview(buf).cast("B")
     end = len(view)
-    offset, size, crc, magic, attributes = _entry(view, 0, end)
+    _, size, crc, magic, attributes = _entry(view, 0, end)
     codec = attributes & COMPRESSION_MASK
     if codec:
         if LOG_OVERHEAD + size != end:
