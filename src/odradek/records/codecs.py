@@ -11,11 +11,12 @@ Formats, as the Java client writes them (and librdkafka, and kafka-python):
 - lz4: the LZ4 frame format, see `lz4frame` (with Kafka's legacy header checksum for magic 0).
 - zstd: zstd frames.
 
-Every `decompress` takes `max_bytes` (default DEFAULT_MAX_UNCOMPRESSED_BYTES) and raises ProtocolError
-as soon as the output would exceed it, without allocating much past it: gzip streams through
-zlib with `max_length`; snappy's declared lengths are checked before allocating; lz4 goes block by
-block; zstd decompresses into a buffer grown geometrically up to the cap (a frame's declared content
-size, when present, is checked first). Every library error on bad input becomes ProtocolError.
+Every `decompress` takes `max_bytes` (default DEFAULT_MAX_UNCOMPRESSED_BYTES) and raises
+DecompressionLimitError (a ProtocolError) as soon as the output would exceed it, without allocating
+much past it: gzip streams through zlib with `max_length`; snappy's declared lengths are checked
+before allocating; lz4 goes block by block; zstd decompresses into a buffer grown geometrically up
+to the cap (a frame's declared content size, when present, is checked first). Every library error
+on bad input becomes ProtocolError.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import cramjam
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import lz4frame
+from odradek.records.lz4frame import DecompressionLimitError
 
 NONE = 0
 GZIP = 1
@@ -89,7 +91,7 @@ def _gzip_decompress(data, max_bytes: int) -> bytes:
             raise ProtocolError(f"gzip data corrupt: {e}") from None
         total += len(out)
         if total > max_bytes:
-            raise ProtocolError(f"gzip data decompresses past the {max_bytes}-byte limit")
+            raise DecompressionLimitError(f"gzip data decompresses past the {max_bytes}-byte limit")
         if not d.eof:
             raise ProtocolError("gzip data truncated")
         parts.append(out)
@@ -140,7 +142,7 @@ def _snappy_decompress(data, max_bytes: int) -> bytearray:
         n = _snappy_raw_length(block)
         total += n
         if total > max_bytes:
-            raise ProtocolError(f"snappy data decompresses past the {max_bytes}-byte limit")
+            raise DecompressionLimitError(f"snappy data decompresses past the {max_bytes}-byte limit")
         lengths.append(n)
     out = bytearray(total)
     out_view = memoryview(out)
@@ -183,7 +185,8 @@ def zstd_declared_size(data) -> int | None:
 def _zstd_decompress(data, max_bytes: int) -> bytearray:
     declared = zstd_declared_size(data)
     if declared is not None and declared > max_bytes:
-        raise ProtocolError(f"zstd frame declares {declared} bytes, past the {max_bytes}-byte limit")
+        raise DecompressionLimitError(f"zstd frame declares {declared} bytes, past the {max_bytes}-byte "
+                                      f"limit")
     size = declared if declared is not None else max(_ZSTD_MIN_GUESS, 4 * len(data))
     size = min(size, max_bytes)
     while True:
@@ -194,7 +197,7 @@ def _zstd_decompress(data, max_bytes: int) -> bytearray:
             if not any(s in str(e) for s in _ZSTD_TOO_SMALL):
                 raise ProtocolError(f"zstd data corrupt: {e}") from None
             if size >= max_bytes:
-                raise ProtocolError(f"zstd data decompresses past the {max_bytes}-byte limit") from None
+                raise DecompressionLimitError(f"zstd data decompresses past the {max_bytes}-byte limit") from None
             del out
             size = min(max_bytes, max(_ZSTD_MIN_GUESS, size * 4))
             continue

@@ -30,6 +30,12 @@ import cramjam
 
 from odradek.protocol.exceptions import ProtocolError
 
+
+class DecompressionLimitError(ProtocolError):
+    """Data that would decompress past the caller's cap (every codec raises this one; `codecs`
+    re-exports it)."""
+
+
 MAGIC = 0x184D2204
 _MAGIC_BYTES = struct.pack("<I", MAGIC)
 _U32 = struct.Struct("<I")
@@ -163,7 +169,7 @@ def decompress(data, max_bytes: int) -> bytearray:
                 raise ProtocolError(f"lz4 block corrupt: {e}") from None
             produced = len(chunk)
         if len(out) + produced > max_bytes:
-            raise ProtocolError(f"lz4 data decompresses past the {max_bytes}-byte limit")
+            raise DecompressionLimitError(f"lz4 data decompresses past the {max_bytes}-byte limit")
         out += block if stored else chunk
     if flg & 0x04:
         pos += 4

@@ -38,9 +38,17 @@ def _read_unsigned(buf, pos: int, end: int, max_bytes: int, what: str) -> tuple[
 
 def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
     """Read a zig-zag varint (int32) from buf[pos:end]."""
-    if pos < end:
+    if pos + 1 < end:
         b = buf[pos]
-        if b < 0x80:  # the common one-byte case, without a loop
+        if b < 0x80:  # the common one- and two-byte cases, without a loop
+            return (b >> 1) ^ -(b & 1), pos + 1
+        c = buf[pos + 1]
+        if c < 0x80:
+            u = (b & 0x7F) | (c << 7)
+            return (u >> 1) ^ -(u & 1), pos + 2
+    elif pos < end:
+        b = buf[pos]
+        if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
     u, pos = _read_unsigned(buf, pos, end, 5, "varint")
     if u > 0xFFFFFFFF:

@@ -12,8 +12,7 @@ Collaborators, and who owns what:
   manager, the image);
 - `coordinators` (`coordinators.py`): the group coordinator runtime over `__consumer_offsets`;
 - `workers`: the bounded worker pool; `dispatcher` and the listeners: the network side.
-Request handlers get these as a typed context (`context.py`), never the broker itself; `ctx.broker`
-remains only for the handlers not yet moved (Produce, until its branch lands).
+Request handlers get these as a typed context (`context.py`), never the broker itself.
 
 Start order: store and controller, finished deletions, the log manager, partitions opened and
 published, the ISR expiration task, the coordinators, then the listeners, and the broker registered
@@ -29,11 +28,10 @@ import logging
 import os
 import time
 import uuid
-from typing import Any, Callable
+from typing import Callable
 
 from odradek.cluster.controller import Controller
 from odradek.cluster.store import EmbeddedStore
-from odradek.cluster.topics import TopicInfo
 from odradek.coordinator.runtime import GroupCoordinator
 from odradek.protocol.headers import RequestHeader
 from odradek.server.apis import HANDLERS
@@ -46,7 +44,7 @@ from odradek.server.embedded_controller import EmbeddedController, log_config
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache, MetadataImage
 from odradek.server.network import Connection, Listener, RequestPool
-from odradek.server.partition import Partition, PartitionLog
+from odradek.server.partition import PartitionLog
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.workers import WorkerPool
 from odradek.storage.config import LogConfig, LogManagerConfig
@@ -128,16 +126,6 @@ class Broker:
         listener = self._listener_names.get(connection.listener) if connection is not None else None
         return RequestContext(self.services, header, connection, listener)
 
-    # For the Produce handler until it moves onto the typed context (its branch is open).
-    def partition(self, topic: str, index: int) -> Partition | None:
-        return self.replica_manager.get_partition(topic, index)
-
-    def topic_config(self, topic: str) -> TopicConfig:
-        return self.metadata.topic_config(topic)
-
-    def topic_by_id(self, topic_id: Any) -> TopicInfo | None:
-        return self.metadata.topic_by_id(topic_id)
-
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         now = self.clock()
@@ -166,7 +154,7 @@ class Broker:
             broker_id=self.broker_id, clock=self.clock, metadata=self.metadata,
             replica_manager=self.replica_manager, coordinators=coordinators, controller=controller,
             log_dirs=logs, workers=self.workers, fetch_sessions=self.fetch_sessions,
-            api_versions=self.api_versions, broker=self)
+            api_versions=self.api_versions)
         await self._start_listeners()
         self._periodic = asyncio.get_running_loop().create_task(self._run_periodic(logs))
 

@@ -12,9 +12,6 @@ with the request header and the connection (and its listener) it came on. Collab
   `controller_channel.py`);
 - `log_dirs`: the log directories (DescribeLogDirs);
 - `workers`: the bounded worker pool for work that grows with its input; `clock`: milliseconds.
-
-`broker` is there for the one handler not yet moved onto these collaborators (Produce, whose
-validation is being rewritten on its own branch); every other handler never touches it.
 """
 
 from __future__ import annotations
@@ -22,21 +19,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Protocol
 
 from odradek.protocol.headers import RequestHeader
 from odradek.server.config import BrokerConfig
 from odradek.server.controller_channel import ControllerChannel
+from odradek.server.coordinators import Coordinators
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.metadata_cache import MetadataCache
+from odradek.server.network import Connection
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.workers import Workers
 
-if TYPE_CHECKING:
-    from odradek.server.coordinators import Coordinators
-    from odradek.server.network import Connection
-
-T = TypeVar("T")
 Clock = Callable[[], int]
 
 
@@ -63,7 +57,6 @@ class Services:
     workers: Workers
     fetch_sessions: FetchSessionCache
     api_versions: list[Any] = field(default_factory=list)   # ApiVersions' answer: what the handlers serve
-    broker: Any = None   # only for handlers not yet migrated
 
 
 @dataclass(slots=True)
@@ -117,8 +110,3 @@ class RequestContext:
     @property
     def fetch_sessions(self) -> FetchSessionCache:
         return self.services.fetch_sessions
-
-    @property
-    def broker(self) -> Any:
-        """The whole broker: for the handlers not yet migrated only."""
-        return self.services.broker

@@ -26,9 +26,8 @@ from odradek.coordinator.records import OFFSETS_TOPIC, partition_for
 from odradek.coordinator.runtime import CoordinatorError, GroupCoordinator
 from odradek.coordinator.shard import GroupConfig
 from odradek.protocol.error_codes import ErrorCode
-from odradek.server.apis.produce import topic_rules
 from odradek.server.config import BrokerConfig
-from odradek.server.log_validator import LOG_APPEND_TIME, validate
+from odradek.server.log_validator import LOG_APPEND_TIME, topic_rules, validate
 from odradek.server.metadata_cache import MetadataCache, MetadataImage
 from odradek.server.partition import Partition, TopicPartition
 from odradek.server.controller_channel import ControllerChannel
