@@ -419,10 +419,10 @@ class _Worker(threading.Thread):
         stop = cleaner._stop
         while (task := self.tasks.get()) is not None:
             plan = task.plan
-            throttler = Throttler(config.io_max_bytes_per_second, stop.wait)
-            passing = run_clean(plan, self.offset_map, io_buffer_size=config.io_buffer_size,
-                                throttler=throttler, stopped=stop.is_set)
             try:
+                throttler = Throttler(config.io_max_bytes_per_second, stop.wait)
+                passing = run_clean(plan, self.offset_map, io_buffer_size=config.io_buffer_size,
+                                    throttler=throttler, stopped=stop.is_set)
                 for _ in _groups(passing, cleaner, plan):
                     cleaner.wait_for_swaps(task)
             except CleaningAborted:

@@ -18,6 +18,10 @@ pass (the map's latest offset + 1).
   first one's base offset and the last one's modification time.
 - Reads and writes go through a `Throttler` (`log.cleaner.io.max.bytes.per.second`) and check for an
   abort between reads, so a broker stop or a deleted partition ends a pass within one read.
+- The pass is pure Python and holds the GIL while it works; left alone, the interpreter would hand
+  the GIL to the event loop only every `sys.getswitchinterval()` (5 ms), adding that much to every
+  request. So after each `GIL_SLICE_S` of work it sleeps `GIL_YIELD_S`: the loop takes the GIL when it
+  wants it, and the cleaner gets the rest.
 """
 
 from __future__ import annotations
@@ -29,14 +33,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from odradek.storage.cleaner_records import HEADER, FilterContext, OffsetMap, filter_batch, \
-    map_batch
+from odradek.storage.cleaner_records import HEADER, RETAIN_ALL, FilterContext, OffsetMap, \
+    TransactionFilter, filter_batch, map_batch
 from odradek.storage.cleaner_swap import fault_point
 from odradek.storage.errors import CorruptRecordError
 from odradek.storage.scan import HEADER_SIZE, LOG_OVERHEAD
 from odradek.storage.segment import CLEANED_SUFFIX, INT_MAX, LogSegment, segment_file_name
 
 log = logging.getLogger("odradek.storage.cleaner")
+
+GIL_SLICE_S = 0.001
+GIL_YIELD_S = 0.00005
 
 
 class CleaningAborted(Exception):
@@ -75,6 +82,9 @@ class CleanPlan:
     truncations: int                            # the log's truncation count at plan time
     log: object = None                          # the Log, for the owner thread only
     aborted: bool = False                       # set by the owner thread
+    # Transactions (to come): a new filter for each phase of the pass, fed the batches in offset
+    # order; it will read the log's aborted transactions, which the plan then has to carry.
+    new_txn_filter: Callable[[], TransactionFilter] = lambda: RETAIN_ALL
 
 
 @dataclass(slots=True)
@@ -137,10 +147,12 @@ class _Pass:
         self.throttler = throttler
         self.stopped = stopped
         self.stats = PassStats()
+        self._slice_start = time.perf_counter()
 
     def batches(self, source: SegmentSource, position: int) -> Iterator[bytes]:
         """Each whole batch of the file from `position`, read in windows of the I/O buffer size."""
         size = source.size
+        perf_counter = time.perf_counter
         while position < size:
             if self.stopped() or self.plan.aborted:
                 raise CleaningAborted(f"{self.plan.topic_partition}: cleaning aborted")
@@ -154,6 +166,9 @@ class _Pass:
                     break
                 yield window[at:at + batch_size]
                 at += batch_size
+                if perf_counter() - self._slice_start >= GIL_SLICE_S:
+                    time.sleep(GIL_YIELD_S)
+                    self._slice_start = perf_counter()
             if at == 0:  # a batch larger than the buffer: read it alone
                 if len(window) < HEADER_SIZE:
                     raise CorruptRecordError(f"{source.segment}: truncated at {position}")
@@ -172,6 +187,7 @@ class _Pass:
     def build_offset_map(self) -> None:
         plan, offset_map = self.plan, self.map
         offset_map.clear(latest_offset=plan.first_dirty_offset - 1)
+        txn = plan.new_txn_filter()
         first = True  # the first batch is mapped whole even past the budget: a pass must progress
         for source in plan.sources:
             if source.next_base_offset <= plan.first_dirty_offset:
@@ -181,7 +197,7 @@ class _Pass:
                 fields = HEADER.unpack_from(batch, 0)
                 if fields[0] + fields[6] < plan.first_dirty_offset:
                     continue
-                full, records = map_batch(batch, offset_map, plan.first_dirty_offset, first)
+                full, records = map_batch(batch, offset_map, plan.first_dirty_offset, first, txn)
                 first = False
                 self.stats.map_records += records
                 if full:
@@ -255,7 +271,7 @@ def run_clean(plan: CleanPlan, offset_map: OffsetMap, *, io_buffer_size: int,
     fault_point("map-built")
     end_offset = offset_map.latest_offset + 1
     ctx = FilterContext(offset_map, plan.now_ms, plan.delete_retention_ms, plan.producers,
-                        plan.first_uncleanable_offset)
+                        plan.first_uncleanable_offset, plan.new_txn_filter())
     sources = [s for s in plan.sources if s.base_offset < end_offset]
     for group in group_segments(sources, plan.segment_bytes):
         cleaned = work.clean_group(group, ctx)

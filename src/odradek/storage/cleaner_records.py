@@ -31,9 +31,10 @@ the batch that ends at the round's upper bound: those become an empty batch (hea
 compression, base timestamp -1, the original max timestamp).
 
 Transactions: control batches are kept as they are, and no batch is treated as aborted data, through
-`TransactionFilter` (`RETAIN_ALL`). When transactions come, a filter that reads the transaction index
-(aborted data is discardable; a marker goes once its transaction's data is gone and its horizon has
-passed) plugs in there without changing the rest.
+`TransactionFilter` (`RETAIN_ALL`, made by `CleanPlan.new_txn_filter`). When transactions come, a
+filter that reads the transaction index (aborted data is neither mapped nor kept; a marker goes once
+its transaction's data is gone and its delete horizon has passed, Kafka's CleanedTransactionMetadata)
+plugs in there: the batch-retention rules above already ask it about every batch.
 """
 
 from __future__ import annotations
