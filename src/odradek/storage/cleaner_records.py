@@ -183,6 +183,11 @@ def scan_records(data: bytes, count: int) -> list[tuple[int, int, int, int, byte
 
 def batch_records(batch: bytes, attributes: int, count: int) -> tuple[bytes, list]:
     """The batch's records section (decompressed) and its scanned records."""
+    body = _records_section(batch, attributes)
+    return body, scan_records(body, count)
+
+
+def _records_section(batch: bytes, attributes: int) -> bytes:
     body = batch[HEADER_SIZE:]
     codec = attributes & COMPRESSION_MASK
     if codec:
@@ -190,7 +195,130 @@ def batch_records(batch: bytes, attributes: int, count: int) -> tuple[bytes, lis
             body = bytes(codecs.decompress(codec, body))
         except ProtocolError as e:
             raise MalformedRecords(str(e)) from None
-    return body, scan_records(body, count)
+    return body
+
+
+# The two loops below are `scan_records` fused with what each phase does with a record: building a
+# tuple per record for a separate loop cost about 45% more (a tuple, an append, an unpack).
+
+def _map_records(data: bytes, count: int, base: int, start_offset: int, offset_map: OffsetMap,
+                 force: bool) -> bool:
+    """Map the keyed records at or after `start_offset`; True (and stop) when the map is full."""
+    offsets, budget, used = offset_map.offsets, offset_map.memory_bytes, offset_map.used_bytes
+    pos, end = 0, len(data)
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                record_end, p = pos + 1 + ((b >> 1) ^ -(b & 1)), pos + 2
+            elif data[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (data[pos + 1] << 7)
+                record_end, p = pos + 2 + ((raw >> 1) ^ -(raw & 1)), pos + 3
+            else:
+                length, p = _zigzag(data, pos)
+                record_end, p = p + length, p + 1
+            while data[p] >= 0x80:  # the timestamp delta, not needed here
+                p += 1
+            b = data[p + 1]
+            if b < 0x80:
+                offset_delta, p = (b >> 1) ^ -(b & 1), p + 2
+            elif data[p + 2] < 0x80:
+                raw = (b & 0x7F) | (data[p + 2] << 7)
+                offset_delta, p = (raw >> 1) ^ -(raw & 1), p + 3
+            else:
+                offset_delta, p = _zigzag(data, p + 1)
+            b = data[p]
+            if b < 0x80:
+                key_length, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                key_length, p = _zigzag(data, p)
+            if p + key_length >= record_end or record_end > end or key_length < -1:
+                raise MalformedRecords(f"record at {pos} runs past its length")
+            pos = record_end
+            if key_length < 0 or base + offset_delta < start_offset:
+                continue
+            key = data[p:p + key_length]
+            if key_length >= SHORT_KEY_BYTES:
+                key = map_key(key)
+            if key not in offsets:  # OffsetMap.put, inlined
+                cost = ENTRY_OVERHEAD_BYTES + len(key)
+                if used + cost > budget and not force:
+                    offset_map.used_bytes = used
+                    return True
+                used += cost
+            offsets[key] = base + offset_delta
+    except IndexError:
+        raise MalformedRecords("records truncated") from None
+    finally:
+        offset_map.used_bytes = used
+    if pos != end:
+        raise MalformedRecords(f"{end - pos} bytes after the last record")
+    return False
+
+
+def _filter_records(data: bytes, count: int, base: int, offset_map: OffsetMap, expired: bool,
+                    ctx: FilterContext) -> tuple[list[tuple[int, int, int]], bool]:
+    """(start, end, timestamp delta) of the records to keep, and whether a tombstone is kept."""
+    latest, get = offset_map.latest_offset, offset_map.offsets.get
+    kept: list[tuple[int, int, int]] = []
+    tombstones = False
+    pos, end = 0, len(data)
+    try:
+        for _ in range(count):
+            b = data[pos]
+            if b < 0x80:
+                record_end, p = pos + 1 + ((b >> 1) ^ -(b & 1)), pos + 2
+            elif data[pos + 1] < 0x80:
+                raw = (b & 0x7F) | (data[pos + 1] << 7)
+                record_end, p = pos + 2 + ((raw >> 1) ^ -(raw & 1)), pos + 3
+            else:
+                length, p = _zigzag(data, pos)
+                record_end, p = p + length, p + 1
+            b = data[p]
+            if b < 0x80:
+                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                ts_delta, p = (raw >> 1) ^ -(raw & 1), p + 2
+            else:
+                ts_delta, p = _zigzag(data, p)
+            b = data[p]
+            if b < 0x80:
+                offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            elif data[p + 1] < 0x80:
+                raw = (b & 0x7F) | (data[p + 1] << 7)
+                offset_delta, p = (raw >> 1) ^ -(raw & 1), p + 2
+            else:
+                offset_delta, p = _zigzag(data, p)
+            b = data[p]
+            if b < 0x80:
+                key_length, p = (b >> 1) ^ -(b & 1), p + 1
+            else:
+                key_length, p = _zigzag(data, p)
+            value_at = p + key_length if key_length > 0 else p
+            if value_at >= record_end or record_end > end or key_length < -1:
+                raise MalformedRecords(f"record at {pos} runs past its length")
+            has_value = data[value_at] != 1  # 0x01 is the value length -1
+            offset = base + offset_delta
+            if offset > latest:
+                keep = True
+            elif key_length < 0:
+                keep = False
+                ctx.keyless_removed += 1
+            else:
+                key = data[p:p + key_length]
+                if key_length >= SHORT_KEY_BYTES:
+                    key = map_key(key)
+                keep = offset >= get(key, -1) and (has_value or not expired)
+            if keep:
+                kept.append((pos, record_end, ts_delta))
+                tombstones = tombstones or not has_value
+            pos = record_end
+    except IndexError:
+        raise MalformedRecords("records truncated") from None
+    if pos != end:
+        raise MalformedRecords(f"{end - pos} bytes after the last record")
+    return kept, tombstones
 
 
 # ---- transactions (the hook) -----------------------------------------------------------------------
@@ -229,24 +357,12 @@ def map_batch(batch: bytes, offset_map: OffsetMap, start_offset: int, force: boo
         offset_map.latest_offset = max(offset_map.latest_offset, last)
         return False, 1 if attributes & CONTROL_MASK else count
     try:
-        _, records = batch_records(batch, attributes, count)
+        body = _records_section(batch, attributes)
+        full = _map_records(body, count, base, start_offset, offset_map, force)
     except MalformedRecords:
-        records = []  # kept as it is when recopied; its keys stay unmapped (less is removed)
-    offsets, budget = offset_map.offsets, offset_map.memory_bytes
-    used = offset_map.used_bytes
-    for _start, _end, _ts, delta, key, _value in records:  # OffsetMap.put, inlined
-        offset = base + delta
-        if key is None or offset < start_offset:
-            continue
-        if len(key) >= SHORT_KEY_BYTES:
-            key = map_key(key)
-        if key not in offsets:
-            used += ENTRY_OVERHEAD_BYTES + len(key)
-            if used > budget and not force:
-                offset_map.used_bytes = used - ENTRY_OVERHEAD_BYTES - len(key)
-                return True, count
-        offsets[key] = offset
-    offset_map.used_bytes = used
+        full = False  # kept as it is when recopied; its keys stay unmapped (less is removed)
+    if full:
+        return True, count
     if last >= start_offset:
         offset_map.latest_offset = max(offset_map.latest_offset, last)
     return False, count
@@ -286,31 +402,15 @@ def filter_batch(batch: bytes, ctx: FilterContext) -> bytes | None:
         ctx.records_read += 1
         ctx.records_kept += 1
         return batch
+    horizon = base_ts if attributes & DELETE_HORIZON_MASK else None
     try:
-        body, records = batch_records(batch, attributes, count)
+        body = _records_section(batch, attributes)
+        kept, tombstones = _filter_records(body, count, base, ctx.offset_map,
+                                           horizon is not None and ctx.now_ms >= horizon, ctx)
     except MalformedRecords:
         ctx.malformed_batches += 1
         return batch
     ctx.records_read += count
-    horizon = base_ts if attributes & DELETE_HORIZON_MASK else None
-    expired = horizon is not None and ctx.now_ms >= horizon
-    latest, get = ctx.offset_map.latest_offset, ctx.offset_map.offsets.get
-    kept = []
-    tombstones = False
-    for record in records:
-        offset = base + record[3]
-        if offset > latest:
-            keep = True
-        elif record[4] is None:
-            keep = False
-            ctx.keyless_removed += 1
-        else:
-            key = record[4]
-            keep = offset >= get(key if len(key) < SHORT_KEY_BYTES else map_key(key), -1) \
-                and (record[5] or not expired)
-        if keep:
-            kept.append(record)
-            tombstones = tombstones or not record[5]
     ctx.records_kept += len(kept)
     if not kept:
         return _empty_batch(batch) if retain_empty else None

@@ -208,3 +208,36 @@ def test_malformed_records_are_copied_as_they_are():
     struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
     ctx = context({b"a": 200}, latest=300)
     assert filter_batch(bytes(batch), ctx) == bytes(batch) and ctx.malformed_batches == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_mapping_and_filtering_agree_with_the_plain_record_scan(seed):
+    """Random batches (keys of every length or none, tombstones, long values, offset gaps, old and
+    new timestamps): the fused loops give what the rules say over `scan_records`' reading."""
+    import random
+
+    rng = random.Random(seed)
+    records, offset, now = [], 100, 1_000_000
+    for _ in range(rng.randint(1, 60)):
+        key = None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.choice((0, 3, 15, 16, 200))))
+        value = None if rng.random() < 0.2 else b"v" * rng.choice((0, 5, 100, 20_000))
+        records.append((offset, rng.randint(-10**6, 10**9), key, value))
+        offset += rng.choice((1, 1, 1, 2, 300))
+    batch = build(records, compression=rng.choice(sorted(codecs.CODEC_NAMES)))
+    start = rng.choice([r[0] for r in records])
+    m = OffsetMap(1 << 20)
+    m.clear(latest_offset=start - 1)
+    assert map_batch(batch, m, start, False) == (False, len(records))
+    expected_map = {}
+    for offset, _ts, key, _value in records:
+        if key is not None and offset >= start:
+            expected_map[map_key(key)] = offset
+    assert m.offsets == expected_map and m.latest_offset == records[-1][0]
+    m.latest_offset = rng.choice([r[0] for r in records])   # as if the map ended mid-way
+    ctx = FilterContext(m, now, DAY, {}, 10**9)
+    out = filter_batch(batch, ctx)
+    expected = [r for r in records
+                if r[0] > m.latest_offset
+                or (r[2] is not None and r[0] >= m.get(map_key(r[2])))]
+    got = [] if out is None else [rec[:4] for rec in decoded(out)[1]]
+    assert got == [(o, ts, k, v) for o, ts, k, v in expected]
