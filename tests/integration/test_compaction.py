@@ -242,6 +242,50 @@ def test_a_million_records_over_10k_keys_keep_every_keys_last_record(broker_fact
         assert_partition_valid(b.log_dir, topic, p)
 
 
+def test_clients_read_across_gaps_and_a_producers_emptied_last_batch(broker_factory):
+    """A producer's last batch whose records were all superseded stays as an empty batch (so its
+    sequence numbers survive); consumers step over it and over the removed offsets, from the start
+    or from an offset that is gone."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    b = broker_factory(**FAST_CLEANER)
+    topic = "gaps"
+    create_topic(b.bootstrap, topic, 1, cleanup_policy="compact", segment_bytes=MIB)
+    first = Producer(confluent_config(b.bootstrap, **{"enable.idempotence": True}))
+    for k in range(100):
+        first.produce(topic, key=b"shared-%03d" % k, value=b"first", headers=[("seq", b"0")])
+    assert first.flush(20) == 0
+    # Another producer supersedes every one of them, then fills a segment so they can be cleaned.
+    produced = produce_keyed(b.bootstrap, topic, 40_000, keys=1_000, first=1, tombstone_every=0)
+    second = Producer(confluent_config(b.bootstrap, **{"enable.idempotence": True}))
+    for k in range(100):
+        second.produce(topic, key=b"shared-%03d" % k, value=b"second", headers=[("seq", b"0")])
+    assert second.flush(20) == 0
+    produce_keyed(b.bootstrap, topic, 30_000, keys=1_000, first=10**6, key_base=5_000, tombstone_every=0)
+    wait_until(lambda: cleaned_through_active(b, topic, 1), 120, "the cleaning")
+    empty = [d for d in assert_partition_valid(b.log_dir, topic, 0) if d.records_count == 0]
+    assert empty and empty[0].base_offset == 0 and empty[0].last_offset == 99
+
+    def shared(records):
+        return {r[2]: r[3] for r in records if r[2].startswith(b"shared-")}
+
+    for read in (read_confluent, read_kafka_python):
+        records = read(b.bootstrap, topic, 1)
+        assert shared(records) == {b"shared-%03d" % k: b"second" for k in range(100)}
+        check_records([r for r in records if 1 <= r[4] < 10**6], produced)
+    # A read from a removed offset starts at the next record that stayed.
+    c = Consumer(confluent_config(b.bootstrap, **{"group.id": "gaps", "enable.auto.commit": False}))
+    try:
+        c.assign([TopicPartition(topic, 0, 50)])
+        m = wait_until(lambda: c.poll(0.5), 30, "a record from offset 50")
+        assert m.offset() > 99 and not m.error()
+    finally:
+        c.close()
+    # The first producer's sequence state survived: it goes on where it was.
+    first.produce(topic, key=b"shared-000", value=b"first-again", headers=[("seq", b"0")])
+    assert first.flush(20) == 0
+
+
 def _scan_forever(read, bootstrap, topic, partitions, produced, stop, scans, failures) -> None:
     while not stop.is_set():
         started = time.monotonic()

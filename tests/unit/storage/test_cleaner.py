@@ -315,3 +315,25 @@ def test_throttler_sleeps_to_hold_the_rate():
     now[0] = 0.5
     throttler.maybe_throttle(900)               # 1000 bytes in 0.5 s: half a second too fast
     assert waits == [pytest.approx(0.5)]
+
+
+def test_two_threads_clean_several_logs_never_the_same_one_at_once(tmp_path):
+    m = open_manager(tmp_path, threads=2, backoff_ms=10)
+    logs = [m.get_or_create_log(f"t{i}", 0, 0) for i in range(4)]
+    written = [Written() for _ in logs]
+    for log_, w in zip(logs, written):
+        random_workload(log_, w, batches=200, keys=30)
+    seen_busy = 0
+    deadline = time.monotonic() + 60
+    while m.cleaner_stats.passes < 4 or m.cleaner._tasks:
+        assert time.monotonic() < deadline, m.cleaner_stats
+        m.run_periodic(1)
+        busy = [t.plan.log for t in m.cleaner._tasks.values()]
+        assert len(busy) == len({id(b) for b in busy}) <= 2
+        seen_busy = max(seen_busy, len(busy))
+        time.sleep(0.005)
+    assert seen_busy == 2
+    for log_, w in zip(logs, written):
+        records = check_compacted(log_, w)
+        assert unique_keys([r for r in records if r[0] < log_.active_segment.base_offset])
+    m.close(10)
