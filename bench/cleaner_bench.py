@@ -10,9 +10,11 @@ Three figures, each on real `odradek serve` brokers started by `brokers.py`:
   counted); per core = divided by this process's CPU seconds over the passes.
 * **produce with the cleaner running / without** (ratio): one confluent-kafka producer sends
   `--produce-records` keyed 100-byte records as fast as it can to a compacted topic (1 MiB segments,
-  min.cleanable.dirty.ratio 0.1) on a broker whose cleaner runs (backoff 100 ms), and on one whose
-  cleaner is off; each mode runs `--repeat` times, alternating, best run kept. The passes the
-  cleaner made during the runs, and their CPU seconds, come from the broker's log.
+  min.cleanable.dirty.ratio 0.1) on a broker whose cleaner runs (backoff 100 ms), on one whose
+  cleaner is throttled (`--throttle-mb`), and on one whose cleaner is off; each mode runs `--repeat`
+  times, alternating, best run kept. The passes the cleaner made during the runs, and their CPU
+  seconds, come from the broker's log. The cleaner is Python and shares the GIL with the event loop,
+  so whatever CPU it takes the loop loses; the throttle bounds that share.
 * **coordinator start time after N offset commits, cleaner on / off** (`--offset-commits`, 0 to
   skip): 100 groups commit 10 partitions each, OffsetCommit requests written in bulk on one
   connection (kafka-python's protocol classes); the broker (4 offsets partitions of 1 MiB segments)
@@ -119,9 +121,11 @@ def cleaner_throughput(records: int, keys: int, size: int) -> dict:
 
 # ---- produce with and without the cleaner ---------------------------------------------------------
 
-def produce_run(cleaner: bool, records: int) -> dict:
-    overrides = {"log.cleaner.backoff.ms": 100} if cleaner else {"log.cleaner.enable": "false"}
-    broker = odradek("cleaner-on" if cleaner else "cleaner-off", **overrides)
+def produce_run(mode: str, records: int, throttle_mb: float) -> dict:
+    overrides = {"log.cleaner.backoff.ms": 100} if mode != "off" else {"log.cleaner.enable": "false"}
+    if mode == "throttled":
+        overrides["log.cleaner.io.max.bytes.per.second"] = int(throttle_mb * 1e6)
+    broker = odradek(f"cleaner-{mode}", **overrides)
     broker.start()
     try:
         create_compacted(broker.bootstrap, "bench", **{"segment.bytes": MIB,
@@ -248,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100,1024", help="value sizes for the cleaner runs")
     ap.add_argument("--produce-records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=2, help="produce runs per mode (best kept)")
+    ap.add_argument("--throttle-mb", type=float, default=10.0,
+                    help="log.cleaner.io.max.bytes.per.second (MB/s) of the throttled produce mode "
+                         "(0: no such mode)")
     ap.add_argument("--offset-commits", type=int, default=1_000_000,
                     help="offset commits before the start-time figure (0: skip)")
     ap.add_argument("--quick", action="store_true", help="small runs: checks the harness only")
@@ -257,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         args.records, args.produce_records, args.repeat, args.offset_commits = 100_000, 100_000, 1, 10_000
         args.log_mb = 20.0
     brokers.install_cleanup()
-    results: dict = {"cleaner": [], "produce": {"on": [], "off": []}, "start": {}}
+    modes = ("off", "on", "throttled") if args.throttle_mb else ("off", "on")
+    results: dict = {"cleaner": [], "produce": {m: [] for m in modes}, "start": {}}
     for size in (int(s) for s in args.sizes.split(",")):
         records = min(args.records, max(10 * args.keys, int(args.log_mb * 1e6 / (size + 30))))
         r = cleaner_throughput(records, args.keys, size)
@@ -266,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['cpu_s']:.2f} s CPU: {r['mb_per_s_per_core']:.1f} MB/s per core "
               f"({r['records_per_s_per_core']:,.0f} records/s); {r['log_mb']:.1f} MB -> {r['left_mb']:.1f} MB")
     for _ in range(args.repeat):
-        for mode in ("off", "on"):
-            r = produce_run(mode == "on", args.produce_records)
+        for mode in modes:
+            r = produce_run(mode, args.produce_records, args.throttle_mb)
             results["produce"][mode].append(r)
             print(f"produce, cleaner {mode}: {r['records_per_s']:,.0f} records/s, broker CPU "
                   f"{r['broker_cpu_s']:.1f} s, {r['cleaner_passes']} cleaner passes "
@@ -275,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     best = {m: max(r["records_per_s"] for r in rs) for m, rs in results["produce"].items()}
     results["produce_ratio_on_off"] = best["on"] / best["off"]
     print(f"produce with the cleaner running / without: {results['produce_ratio_on_off']:.2f}")
+    if "throttled" in best:
+        results["produce_ratio_throttled_off"] = best["throttled"] / best["off"]
+        print(f"produce with the cleaner throttled to {args.throttle_mb:g} MB/s / without: "
+              f"{results['produce_ratio_throttled_off']:.2f}")
     if args.offset_commits:
         for mode in ("on", "off"):
             r = start_time(mode == "on", args.offset_commits)
