@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         results["cleaner"].append(r)
         print(f"cleaner, {size} B values: {r['cleaned_mb']:.1f} MB cleaned in {r['passes']} passes, "
               f"{r['cpu_s']:.2f} s CPU: {r['mb_per_s_per_core']:.1f} MB/s per core "
-              f"({r['records_per_s_per_core']:,.0f} records/s); {r['log_mb']:.1f} MB -> {r['left_mb']:.1f} MB")
+              f"({r['records_per_s_per_core']:,.0f} records/s); "
+              f"{r['log_mb']:.1f} MB -> {r['left_mb']:.1f} MB")
     for _ in range(args.repeat):
         for mode in modes:
             r = produce_run(mode, args.produce_records, args.throttle_mb)
@@ -293,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             results["start"][mode] = r
             print(f"start after {r['offset_commits']:,} offset commits, cleaner {mode}: "
                   f"{r['start_s']:.2f} s ({r['offsets_log_mb']:.1f} MB of __consumer_offsets)")
-    out = args.out or Path(__file__).resolve().parent / "results" / time.strftime("cleaner-%Y%m%d-%H%M%S.json")
+    out = args.out or Path(__file__).resolve().parent / "results" / time.strftime(
+        "cleaner-%Y%m%d-%H%M%S.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                "config": {k: str(v) for k, v in vars(args).items()},

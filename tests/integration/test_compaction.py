@@ -419,7 +419,8 @@ class Committer:
         from kafka.protocol.consumer.group import OffsetCommitResponse
 
         req = self.request
-        topic_cls, part_cls = req.OffsetCommitRequestTopic, req.OffsetCommitRequestTopic.OffsetCommitRequestPartition
+        topic_cls = req.OffsetCommitRequestTopic
+        part_cls = topic_cls.OffsetCommitRequestPartition
         for start in range(0, len(commits), window):
             chunk = commits[start:start + window]
             frames = []

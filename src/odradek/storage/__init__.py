@@ -20,7 +20,8 @@ from odradek.storage.manager import LogManager
 from odradek.storage.segment import LogSegment
 
 __all__ = [
-    "CleanerConfig", "CleanerStats", "CorruptRecordError", "FileSlice", "InconsistentMetaPropertiesError", "InvalidTopicError",
+    "CleanerConfig", "CleanerStats", "CorruptRecordError", "FileSlice",
+    "InconsistentMetaPropertiesError", "InvalidTopicError",
     "LeaderEpochCache", "Log", "LogAppendInfo", "LogConfig", "LogManager", "LogManagerConfig",
     "LogSegment", "MetaProperties", "OffsetCheckpointFile", "OffsetOutOfRangeError",
     "RecordListTooLargeError", "StorageError", "TimestampAndOffset", "UnexpectedAppendOffsetError",

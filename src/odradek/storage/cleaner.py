@@ -241,6 +241,7 @@ class LogCleaner:
 
     def _to_clean(self, tp: TopicPartition, log_: Log, now_ms: int) -> LogToClean:
         log_dir = self.manager.log_dir_of(*tp)
+        assert log_dir is not None
         segments = log_.segments
         start, end = log_.log_start_offset, log_.log_end_offset
         first_dirty = self._checkpoints.get(log_dir, {}).get(tp, start)
@@ -319,6 +320,7 @@ class LogCleaner:
     def _swap(self, task: _Task, group: CleanedGroup, now_ms: int) -> None:
         plan = task.plan
         log_ = plan.log
+        assert log_ is not None
         with self._swapped:
             task.pending_swaps -= 1 if task.worker is not None else 0
             self._swapped.notify_all()

@@ -29,9 +29,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from odradek.storage.cleaner_records import HEADER, RETAIN_ALL, FilterContext, OffsetMap, \
     TransactionFilter, filter_batch, map_batch
@@ -39,6 +40,9 @@ from odradek.storage.cleaner_swap import fault_point
 from odradek.storage.errors import CorruptRecordError
 from odradek.storage.scan import HEADER_SIZE, LOG_OVERHEAD
 from odradek.storage.segment import CLEANED_SUFFIX, INT_MAX, LogSegment, segment_file_name
+
+if TYPE_CHECKING:
+    from odradek.storage.log import Log
 
 log = logging.getLogger("odradek.storage.cleaner")
 
@@ -80,7 +84,7 @@ class CleanPlan:
     index_interval_bytes: int
     delete_retention_ms: int
     truncations: int                            # the log's truncation count at plan time
-    log: object = None                          # the Log, for the owner thread only
+    log: Log | None = None                      # the Log, for the owner thread only
     aborted: bool = False                       # set by the owner thread
     # Transactions (to come): a new filter for each phase of the pass, fed the batches in offset
     # order; it will read the log's aborted transactions, which the plan then has to carry.
@@ -263,7 +267,8 @@ def group_segments(sources: list[SegmentSource], max_bytes: int) -> list[list[Se
 
 
 def run_clean(plan: CleanPlan, offset_map: OffsetMap, *, io_buffer_size: int,
-              throttler: Throttler, stopped: Callable[[], bool]) -> Iterator[CleanedGroup]:
+              throttler: Throttler, stopped: Callable[[], bool]
+              ) -> Generator[CleanedGroup, None, PassResult]:
     """Clean the plan's log; yield each cleaned group as it is ready, return a `PassResult`."""
     cpu_start = time.thread_time()
     work = _Pass(plan, offset_map, io_buffer_size, throttler, stopped)

@@ -127,7 +127,7 @@ def scan_records(data: bytes, count: int) -> list[tuple[int, int, int, int, byte
     """(start, end, timestamp_delta, offset_delta, key, has_value) for each of `count` records, which
     must fill `data` exactly. One- and two-byte varints are decoded inline: this loop is the
     cleaner's cost (a call per field would double it)."""
-    out = []
+    out: list[tuple[int, int, int, int, bytes | None, bool]] = []
     append = out.append
     pos, end = 0, len(data)
     try:

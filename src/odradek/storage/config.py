@@ -3,15 +3,16 @@
 `LogConfig` holds the topic-level settings a partition log obeys; `LogConfig.from_properties` reads the
 topic-level names (`segment.bytes`, `retention.ms`, `min.cleanable.dirty.ratio`, ...).
 `LogManagerConfig` holds the broker-wide intervals of the periodic tasks and the `CleanerConfig`
-(the `log.cleaner.*` keys, which have no topic-level form). Broker keys, their synonyms and precedence (`log.retention.hours` and
-friends) belong to `odradek.server.config`, which resolves a topic's effective values and hands them
-here by their topic-level names.
+(the `log.cleaner.*` keys, which have no topic-level form). Broker keys, their synonyms and
+precedence (`log.retention.hours` and friends) belong to `odradek.server.config`, which resolves a
+topic's effective values and hands them here by their topic-level names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -89,7 +90,7 @@ class LogConfig:
 
     def from_properties(self, props: Mapping[str, str]) -> LogConfig:
         """This config overridden by topic-level properties (`segment.bytes`, `retention.ms`, ...)."""
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         for key, name in _TOPIC_KEYS.items():
             if key in props:
                 changes[name] = int(props[key])

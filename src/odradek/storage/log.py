@@ -35,6 +35,7 @@ import struct
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crc32c import crc32c
 
@@ -117,8 +118,8 @@ class Log:
         parse_partition_dir_name(directory.name)
         directory.mkdir(parents=True, exist_ok=True)
         bases = _clean_directory(directory)
-        settings = {"index_interval_bytes": config.index_interval_bytes,
-                    "max_index_bytes": config.segment_index_bytes, "now_ms": now_ms}
+        settings: dict[str, Any] = {"index_interval_bytes": config.index_interval_bytes,
+                                    "max_index_bytes": config.segment_index_bytes, "now_ms": now_ms}
         segments = [LogSegment.open(directory, b, **settings) for b in bases]
         if not segments:
             segments = [LogSegment.create(directory, max(log_start_offset, 0), **settings)]

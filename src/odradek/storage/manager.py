@@ -19,10 +19,10 @@ No timers live here: the server calls `run_periodic(now_ms)` from its own timer 
 is due (the log cleaner's hand-offs: swaps of cleaned segments and new passes, retention every
 log.retention.check.interval.ms, checkpoints at their intervals, removal of `.deleted` files) and
 returns when it next wants to be called. The only threads are the cleaner's (`log.cleaner.threads`,
-started by the first `run_periodic`, stopped by `close`); they never call into a Log (cleaner.py). Flushing of
-rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only every
-log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does nothing
-there). Not thread-safe: one caller at a time.
+started by the first `run_periodic`, stopped by `close`); they never call into a Log (cleaner.py).
+Flushing of rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only
+every log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does
+nothing there). Not thread-safe: one caller at a time.
 """
 
 from __future__ import annotations
@@ -163,10 +163,10 @@ class LogManager:
         if log is None:
             return False
         log_dir = self._dir_of.pop(tp)
-        if self.cleaner is not None:
-            self.cleaner.on_log_deleted(tp, log, log_dir)
         doomed = log_dir / f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         log.dir.rename(doomed)
+        if self.cleaner is not None:
+            self.cleaner.on_log_deleted(tp, log, log_dir)
         fsync_dir(log_dir)
         self._deleting.append((now_ms + log.config.file_delete_delay_ms, log, doomed))
         if log.config.file_delete_delay_ms == 0:

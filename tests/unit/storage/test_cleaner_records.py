@@ -219,7 +219,8 @@ def test_mapping_and_filtering_agree_with_the_plain_record_scan(seed):
     rng = random.Random(seed)
     records, offset, now = [], 100, 1_000_000
     for _ in range(rng.randint(1, 60)):
-        key = None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(rng.choice((0, 3, 15, 16, 200))))
+        length = rng.choice((0, 3, 15, 16, 200))
+        key = None if rng.random() < 0.1 else bytes(rng.randrange(256) for _ in range(length))
         value = None if rng.random() < 0.2 else b"v" * rng.choice((0, 5, 100, 20_000))
         records.append((offset, rng.randint(-10**6, 10**9), key, value))
         offset += rng.choice((1, 1, 1, 2, 300))
