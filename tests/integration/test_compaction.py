@@ -286,6 +286,26 @@ def test_clients_read_across_gaps_and_a_producers_emptied_last_batch(broker_fact
     assert first.flush(20) == 0
 
 
+def test_the_broker_wide_cleanup_policy_changes_at_run_time(broker_factory):
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    b = broker_factory(**FAST_CLEANER)
+    topic = "broker-policy"
+    create_topic(b.bootstrap, topic, 1, segment_bytes=MIB)      # no cleanup.policy of its own
+    produced = produce_keyed(b.bootstrap, topic, 40_000, keys=500)
+    assert (topic, 0) not in cleaner_checkpoint(b)             # log.cleanup.policy=delete
+    admin = AdminClient(confluent_config(b.bootstrap))
+    entry = ConfigEntry("log.cleanup.policy", "compact,delete",
+                        incremental_operation=AlterConfigOpType.SET)
+    broker_0 = ConfigResource("broker", "0", incremental_configs=[entry])
+    for f in admin.incremental_alter_configs([broker_0]).values():
+        f.result(20)
+    wait_until(lambda: cleaned_through_active(b, topic, 1), 120, "cleaning under the broker's policy")
+    records = read_confluent(b.bootstrap, topic, 1)
+    check_records(records, produced)
+    assert len([r for r in records if r[1] < active_base(b, topic, 0)]) <= 500
+
+
 def _scan_forever(read, bootstrap, topic, partitions, produced, stop, scans, failures) -> None:
     while not stop.is_set():
         started = time.monotonic()

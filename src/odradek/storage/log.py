@@ -483,6 +483,8 @@ class Log:
         self._base_offsets[i:i + len(old)] = [cleaned.base_offset]
         for segment in old:
             self._schedule_delete(segment, now_ms, renamed=True)
+            if segment is not old[0]:  # as Kafka: no snapshot stays at an offset no segment starts at
+                self.producer_state.delete_snapshot(segment.base_offset)
         return True
 
     def _schedule_delete(self, segment: LogSegment, now_ms: int, renamed: bool = False) -> None:

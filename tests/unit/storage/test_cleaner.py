@@ -337,3 +337,17 @@ def test_two_threads_clean_several_logs_never_the_same_one_at_once(tmp_path):
         records = check_compacted(log_, w)
         assert unique_keys([r for r in records if r[0] < log_.active_segment.base_offset])
     m.close(10)
+
+
+def test_snapshots_of_merged_segments_go_with_them(tmp_path):
+    m = open_manager(tmp_path)
+    log = m.get_or_create_log("t", 0, 0)
+    random_workload(log, Written(), batches=300, keys=5)
+    m.clean_now(10)                     # every segment shrinks, each on its own
+    random_workload(log, Written(), batches=100, keys=5, seed=2)
+    segments, snapshots = len(log.segments), len(list_snapshot_offsets(log.dir))
+    m.clean_now(20)                     # now the small ones are merged into a few
+    assert len(log.segments) < segments / 2
+    assert len(list_snapshot_offsets(log.dir)) < snapshots / 2
+    assert set(list_snapshot_offsets(log.dir)) <= {s.base_offset for s in log.segments}
+    m.close(30)
