@@ -53,6 +53,7 @@ from odradek.storage.cleaner_pass import CleanedGroup, CleaningAborted, CleanPla
 from odradek.storage.cleaner_records import OffsetMap
 from odradek.storage.cleaner_swap import fault_point
 from odradek.storage.config import LONG_MAX, CleanerConfig
+from odradek.storage.errors import StorageError
 from odradek.storage.log import Log
 
 if TYPE_CHECKING:
@@ -122,8 +123,7 @@ class LogCleaner:
         self.manager = manager
         self.config = config
         self.stats = CleanerStats()
-        self._checkpoints: dict[Path, dict[TopicPartition, int]] = {
-            d: OffsetCheckpointFile(d / CLEANER_OFFSET_CHECKPOINT).read() for d in manager.log_dirs}
+        self._checkpoints = {d: _read_checkpoint(d) for d in manager.log_dirs}
         self._tasks: dict[int, _Task] = {}        # id(log) -> its pass
         self._uncleanable: set[TopicPartition] = set()
         self._horizons: dict[int, int] = {}      # id(log) -> earliest delete horizon kept
@@ -325,9 +325,19 @@ class LogCleaner:
             task.pending_swaps -= 1 if task.worker is not None else 0
             self._swapped.notify_all()
         current = self.manager.get_log(*plan.topic_partition)
-        if not plan.aborted and current is log_ and log_.truncations == plan.truncations \
-                and all(s.segment.size == s.size for s in group.sources) \
-                and log_.replace_segments(group.cleaned, [s.segment for s in group.sources], now_ms):
+        try:
+            if not plan.aborted and current is log_ and log_.truncations == plan.truncations \
+                    and all(s.segment.size == s.size for s in group.sources) \
+                    and log_.replace_segments(group.cleaned, [s.segment for s in group.sources],
+                                              now_ms):
+                return
+        except (OSError, StorageError):
+            # A rename or fsync failed: the files are left as they are for the recovery at the
+            # next start (cleaner_swap.py); this log is not cleaned again until then.
+            log.exception("%s-%d: swapping a cleaned segment in failed", *plan.topic_partition)
+            plan.aborted = True
+            self._uncleanable.add(plan.topic_partition)
+            self.stats.uncleanable_partitions = len(self._uncleanable)
             return
         if not plan.aborted:
             log.info("%s-%d: the log changed while it was cleaned; this pass stops",
@@ -343,7 +353,10 @@ class LogCleaner:
         log_dir = self.manager.log_dir_of(*plan.topic_partition)
         if log_dir is not None:
             self._checkpoints.setdefault(log_dir, {})[plan.topic_partition] = result.end_offset
-            self._write_checkpoint(log_dir)
+            try:
+                self._write_checkpoint(log_dir)
+            except (OSError, StorageError):  # the next pass redoes this one's work: no harm
+                log.exception("%s: writing %s failed", log_dir, CLEANER_OFFSET_CHECKPOINT)
             fault_point("checkpoint-written")
         s, stats = result.stats, self.stats
         if s.earliest_horizon_ms is None:
@@ -443,6 +456,15 @@ def _groups(passing, cleaner: LogCleaner, plan: CleanPlan) -> Iterator[CleanedGr
             return
         cleaner.post("group", plan, group)
         yield group
+
+
+def _read_checkpoint(log_dir: Path) -> dict[TopicPartition, int]:
+    """A dir's first dirty offsets; an unreadable file only means cleaning from the log starts."""
+    try:
+        return OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT).read()
+    except (OSError, StorageError) as e:
+        log.warning("%s: ignoring %s: %s", log_dir, CLEANER_OFFSET_CHECKPOINT, e)
+        return {}
 
 
 def _from_offset(segments, offset: int) -> list:

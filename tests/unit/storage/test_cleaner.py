@@ -351,3 +351,16 @@ def test_snapshots_of_merged_segments_go_with_them(tmp_path):
     assert len(list_snapshot_offsets(log.dir)) < snapshots / 2
     assert set(list_snapshot_offsets(log.dir)) <= {s.base_offset for s in log.segments}
     m.close(30)
+
+
+def test_an_unreadable_checkpoint_means_cleaning_from_the_start(tmp_path):
+    m = open_manager(tmp_path)
+    log = m.get_or_create_log("t", 0, 0)
+    written = Written()
+    random_workload(log, written, batches=100, keys=5)
+    m.close(10)
+    (tmp_path / "d0" / CLEANER_OFFSET_CHECKPOINT).write_text("garbage\n")
+    m = open_manager(tmp_path)
+    assert m.clean_now(20) is not None
+    check_compacted(m.get_log("t", 0), written)
+    m.close(30)
