@@ -506,7 +506,8 @@ OFFSETS_BROKER = {**FAST_CLEANER, "offsets.topic.num.partitions": 4,
 
 
 def offsets_bytes(broker) -> int:
-    return sum(partition_bytes(broker, "__consumer_offsets", p) for p in range(4))
+    partitions = len([d for d in os.listdir(broker.log_dir) if d.startswith("__consumer_offsets-")])
+    return sum(partition_bytes(broker, "__consumer_offsets", p) for p in range(partitions))
 
 
 def start_time_s(broker, groups: list[str], topic: str, partitions: int, expected: dict) -> float:
@@ -547,9 +548,13 @@ def test_consumer_offsets_stop_growing_under_a_steady_stream_of_commits(broker_f
 
 
 def test_start_time_after_a_million_commits_is_within_twice_that_after_a_thousand(broker_factory):
+    """What a start replays is the live offsets plus the uncleaned head: the active segment of each
+    offsets partition, never cleaned (as in Kafka). With one partition of 1 MiB segments that head
+    is at most 1 MiB whatever the history; with Kafka's 50 partitions of 100 MiB it could be 5 GB."""
+    broker_config = {**OFFSETS_BROKER, "offsets.topic.num.partitions": 1}
     groups = [f"group-{i:03d}" for i in range(100)]
     expected_small = {g: {p: 0 for p in range(10)} for g in groups}
-    small = broker_factory(name="offsets-1k", **OFFSETS_BROKER)
+    small = broker_factory(name="offsets-1k", **broker_config)
     create_topic(small.bootstrap, "events", 10)
     committer = Committer(small.bootstrap, "events", 10)
     commit_rounds(committer, groups, 1)                # 100 commits x 10 offsets: 1k
@@ -557,12 +562,12 @@ def test_start_time_after_a_million_commits_is_within_twice_that_after_a_thousan
     small_s = min(start_time_s(small, groups, "events", 10, expected_small) for _ in range(3))
     assert small.stop() == 0
 
-    big = broker_factory(name="offsets-1m", **OFFSETS_BROKER)
+    big = broker_factory(name="offsets-1m", **broker_config)
     create_topic(big.bootstrap, "events", 10)
     committer = Committer(big.bootstrap, "events", 10)
     commit_rounds(committer, groups, 1000)              # 100k commits x 10 offsets: 1M
     committer.close()
-    wait_until(lambda: cleaned_through_active(big, "__consumer_offsets", 4), 300,
+    wait_until(lambda: cleaned_through_active(big, "__consumer_offsets", 1), 300,
                "the cleaner to catch up with __consumer_offsets")
     expected_big = {g: {p: 999 for p in range(10)} for g in groups}
     big_s = min(start_time_s(big, groups, "events", 10, expected_big) for _ in range(3))
