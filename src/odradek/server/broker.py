@@ -46,7 +46,7 @@ from odradek.server.purgatory import Purgatory
 from odradek.server.slices import Slices, run_now, run_sliced
 from odradek.server.workers import WorkerPool
 from odradek.storage.checkpoints import fsync_dir
-from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.config import CleanerConfig, LogConfig, LogManagerConfig
 from odradek.storage.errors import StorageError
 from odradek.storage.manager import LogManager
 
@@ -146,7 +146,18 @@ class Broker:
             log_start_offset_checkpoint_interval_ms=c.get("log.flush.start.offset.checkpoint.interval.ms"),
             high_watermark_checkpoint_interval_ms=c.get("replica.high.watermark.checkpoint.interval.ms"),
             log_defaults=self.log_config_for(None),
+            cleaner=self._cleaner_config(),
         )
+
+    def _cleaner_config(self) -> CleanerConfig:
+        c = self.config
+        return CleanerConfig(
+            enable=c.get("log.cleaner.enable"), threads=c.get("log.cleaner.threads"),
+            dedupe_buffer_size=c.get("log.cleaner.dedupe.buffer.size"),
+            io_buffer_size=c.get("log.cleaner.io.buffer.size"),
+            io_buffer_load_factor=c.get("log.cleaner.io.buffer.load.factor"),
+            backoff_ms=c.get("log.cleaner.backoff.ms"),
+            io_max_bytes_per_second=c.get("log.cleaner.io.max.bytes.per.second"))
 
     async def aclose(self) -> None:
         for listener, _ in self.listeners:
@@ -474,6 +485,7 @@ class Broker:
         self.config = new
         self._topic_configs.clear()
         self._reconfigure_logs(None)
+        self.logs.update_cleaner_config(self._cleaner_config())
 
     def _load_dynamic_broker_configs(self) -> None:
         layers = {}
@@ -501,7 +513,8 @@ def _new_cluster_id() -> str:
 def _log_config(tc: TopicConfig) -> LogConfig:
     props = {name: tc[name].value_string for name in (
         "segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
-        "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy")}
+        "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy",
+        "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms", "min.cleanable.dirty.ratio")}
     return LogConfig().from_properties(props)
 
 
