@@ -21,7 +21,6 @@ from .conftest import odradek_command
 BROKER_OVERRIDES = {"num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
 # The completed-request log of Fetch shows when the command's consumer has its position.
 BROKER_LOGGERS = {"odradek.requests.completed.Fetch": "DEBUG"}
-FETCH_BY_CLI = "from client 'odradek-cli'"
 
 
 def make_topic(admin, prefix: str, partitions: int = 1) -> str:
@@ -156,12 +155,16 @@ def test_consume_latest_by_default_and_idle_timeout(broker, filled):
 def test_consume_follows_new_records(broker, admin):
     t = make_topic(admin, "cli-follow")
     mark = broker.log_size()
+    client_id = new_name("cli-follower")     # a consumer killed by an earlier test may still log fetches
     proc = subprocess.Popen([*odradek_command(), "consume", "--topic", t, "--max-messages", "3",
+                             "--consumer-property", f"client.id={client_id}",
                              "--bootstrap-server", broker.bootstrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         # Its first completed Fetch means the consumer has its position, the log end: what comes next is new.
-        wait_until(lambda: FETCH_BY_CLI in broker.log_text(mark), 30, "the consumer's first fetch")
+        fetched = "Completed request Fetch v12 correlation"
+        wait_until(lambda: any(fetched in line and f"from client '{client_id}'" in line
+                               for line in broker.log_text(mark).splitlines()), 30, "the consumer's first fetch")
         produce_confluent(broker.bootstrap, t, [Msg(None, f"live-{i}".encode()) for i in range(3)])
         out, err = proc.communicate(timeout=30)
     finally:

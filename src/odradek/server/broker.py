@@ -40,7 +40,7 @@ from odradek.server.config import BrokerConfig, Endpoint, TopicConfig
 from odradek.server.context import RequestContext, Services
 from odradek.server.coordinators import Coordinators
 from odradek.server.dispatch import Dispatcher
-from odradek.server.embedded_controller import EmbeddedController, log_config
+from odradek.server.embedded_controller import EmbeddedController, cleaner_config, log_config
 from odradek.server.fetch_session import FetchSessionCache
 from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache, MetadataImage
 from odradek.server.network import Connection, Listener, RequestPool
@@ -136,7 +136,11 @@ class Broker:
         cluster = Controller(store, self.broker_id)
         pending_deletions = cluster.start()
         config = EmbeddedController.load_dynamic_broker_configs(store, self.broker_id, self.config)
-        self.metadata.update(self.metadata.image.with_cluster_id(_cluster_id(store)).with_config(config))
+        # The image starts as the store has it: the logs about to be opened take their topics' configs
+        # from it (nothing is served before the listeners start).
+        durable = [i for i in (cluster.image.get(n) for n in cluster.image.names()) if i is not None]
+        self.metadata.update(self.metadata.image.with_cluster_id(_cluster_id(store)).with_config(config)
+                             .with_topics(durable))
         if pending_deletions:
             EmbeddedController.finish_deletions_at_start(cluster, self.config.log_dirs, pending_deletions)
         logs = self.logs = LogManager.open(self._log_manager_config(), now_ms=now, config_for_topic=self.log_config_for)
@@ -194,6 +198,7 @@ class Broker:
             log_start_offset_checkpoint_interval_ms=c.get("log.flush.start.offset.checkpoint.interval.ms"),
             high_watermark_checkpoint_interval_ms=c.get("replica.high.watermark.checkpoint.interval.ms"),
             log_defaults=self.log_config_for(None),
+            cleaner=cleaner_config(c),
         )
 
     def _advertised(self, ep: Endpoint) -> tuple[str, int]:

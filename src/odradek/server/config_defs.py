@@ -452,12 +452,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     # --- cleaner (compaction)
     K("log.cleaner.enable", BOOLEAN, True, MEDIUM, None, "Run the log cleaner."),
     K("log.cleaner.threads", INT, 1, MEDIUM, AtLeast(0), "Cleaner threads.", dynamic=True),
-    K("log.cleaner.io.max.bytes.per.second", DOUBLE, DOUBLE_MAX, MEDIUM, None, "Cleaner I/O throttle.",
+    K("log.cleaner.io.max.bytes.per.second", DOUBLE, DOUBLE_MAX, MEDIUM, AtLeast(1), "Cleaner I/O throttle.",
       dynamic=True),
-    K("log.cleaner.dedupe.buffer.size", LONG, 134217728, MEDIUM, None, "Cleaner key map memory.", dynamic=True),
-    K("log.cleaner.io.buffer.size", INT, 524288, MEDIUM, AtLeast(0), "Cleaner I/O buffer memory.",
+    K("log.cleaner.dedupe.buffer.size", LONG, 134217728, MEDIUM, AtLeast(65536),
+      "Cleaner key map memory, shared by the threads.", dynamic=True),
+    K("log.cleaner.io.buffer.size", INT, 524288, MEDIUM, AtLeast(4096), "Cleaner I/O buffer memory.",
       dynamic=True),
-    K("log.cleaner.io.buffer.load.factor", DOUBLE, 0.9, MEDIUM, None, "Cleaner key map load factor.",
+    K("log.cleaner.io.buffer.load.factor", DOUBLE, 0.9, MEDIUM, Between(0.01, 1), "Cleaner key map load factor.",
       dynamic=True),
     K("log.cleaner.backoff.ms", LONG, 15000, MEDIUM, AtLeast(0), "Cleaner sleep when idle.", dynamic=True),
     K("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, MEDIUM, Between(0, 1), "Dirty ratio that triggers "

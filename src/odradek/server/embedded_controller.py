@@ -42,7 +42,7 @@ from odradek.server.replica_manager import ReplicaManager
 from odradek.server.slices import Slices, run_now, run_sliced
 from odradek.server.workers import Workers
 from odradek.storage.checkpoints import fsync_dir
-from odradek.storage.config import LogConfig
+from odradek.storage.config import CleanerConfig, LogConfig
 from odradek.storage.errors import StorageError
 from odradek.storage.manager import LogManager
 
@@ -69,6 +69,8 @@ class LogStore(Protocol):
     def logs(self) -> Iterator[tuple[tuple[str, int], SizedLog]]: ...
 
     def log_dir_of(self, topic: str, partition: int) -> Path | None: ...
+
+    def update_cleaner_config(self, config: CleanerConfig) -> None: ...
 
 
 class EmbeddedController:
@@ -390,6 +392,7 @@ class EmbeddedController:
             raise _storage_error(f"Cannot record the broker configs: {e}") from e
         self.metadata.update(self.metadata.image.with_config(new))
         self.reconfigure_logs(None)
+        self.logs.update_cleaner_config(cleaner_config(new))
 
     @staticmethod
     def load_dynamic_broker_configs(store: EmbeddedStore, broker_id: int, config: BrokerConfig) -> BrokerConfig:
@@ -414,13 +417,26 @@ class EmbeddedController:
 
 
 LOG_CONFIG_KEYS = ("segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
-                   "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy")
+                   "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy",
+                   "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
+                   "min.cleanable.dirty.ratio")
 
 
 def log_config(tc: TopicConfig) -> LogConfig:
     """The storage layer's config of a topic's logs, from its effective topic config."""
     props = {name: value for name in LOG_CONFIG_KEYS if (value := tc[name].value_string) is not None}
     return LogConfig().from_properties(props)
+
+
+def cleaner_config(c: BrokerConfig) -> CleanerConfig:
+    """The log cleaner's config, from the broker's (`log.cleaner.*`, dynamic as in Kafka)."""
+    return CleanerConfig(
+        enable=c.get("log.cleaner.enable"), threads=c.get("log.cleaner.threads"),
+        dedupe_buffer_size=c.get("log.cleaner.dedupe.buffer.size"),
+        io_buffer_size=c.get("log.cleaner.io.buffer.size"),
+        io_buffer_load_factor=c.get("log.cleaner.io.buffer.load.factor"),
+        backoff_ms=c.get("log.cleaner.backoff.ms"),
+        io_max_bytes_per_second=c.get("log.cleaner.io.max.bytes.per.second"))
 
 
 def _leader_and_isr(topic: str, p: int, st: PartitionState) -> LeaderAndIsrState:

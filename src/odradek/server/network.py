@@ -107,6 +107,7 @@ class Connection(asyncio.BufferedProtocol):
         self.receive_started: float | None = None   # when the request being received began arriving
         self.closed = False
         self.paused_for: set[str] = set()           # "muted", "pool"
+        self.handling = False                       # a request of pending[0] counts in the pool
         self.drained = asyncio.Event()
         self.drained.set()
 
@@ -131,7 +132,6 @@ class Connection(asyncio.BufferedProtocol):
             return
         if frames:
             self.pending.extend(frames)
-            self.pool.add_requests(len(frames))
             self._pause("muted")
             if self.worker is None or self.worker.done():
                 self.worker = asyncio.get_running_loop().create_task(self._work())
@@ -189,7 +189,8 @@ class Connection(asyncio.BufferedProtocol):
     def _release_all(self) -> None:
         """Give back to the pool what this connection holds: unanswered requests, a partial large one."""
         held = sum(len(f) for f in self.pending)
-        n = len(self.pending)
+        n = 1 if self.handling else 0
+        self.handling = False
         self.pending.clear()
         reserved = self.reader.reserved_bytes
         self.reader = FrameReader(0)     # drop the partial buffer; nothing more is read
@@ -205,6 +206,11 @@ class Connection(asyncio.BufferedProtocol):
     async def _work(self) -> None:
         while self.pending and not self.closed:
             f = self.pending[0]
+            # queued.max.requests counts requests being handled: one per connection at most, as in
+            # Kafka, whose channel stages one receive at a time. The rest of what one read brought
+            # (at most the scratch buffer) waits here without counting.
+            self.pool.add_requests(1)
+            self.handling = True
             try:
                 chunks = await self.listener.handler(self, f)
             except ConnectionClosing:
@@ -228,6 +234,7 @@ class Connection(asyncio.BufferedProtocol):
             if self.closed:
                 return
             self.pending.popleft()
+            self.handling = False
             self.pool.release(len(f), 1)
             self.last_active = time.monotonic()
             if self.pending:

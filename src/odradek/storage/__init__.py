@@ -1,5 +1,6 @@
 """The partition log on disk: segments, offset and time indexes, checkpoints, recovery, retention,
-leader-epoch cache (DESIGN, "The broker on disk"). Disk I/O only: no sockets, no asyncio, no threads;
+the log cleaner (compaction), leader-epoch cache (DESIGN, "The broker on disk"). Disk I/O only: no
+sockets, no asyncio; the only threads are the log cleaner's, which never call a Log (cleaner.py);
 clocks come in as `now_ms` arguments.
 
 The broker uses `LogManager` (all partitions, periodic tasks) and `Log` (one partition); reads return
@@ -7,7 +8,8 @@ The broker uses `LogManager` (all partitions, periodic tasks) and `Log` (one par
 """
 
 from odradek.storage.checkpoints import MetaProperties, OffsetCheckpointFile
-from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.cleaner import CleanerStats
+from odradek.storage.config import CleanerConfig, LogConfig, LogManagerConfig
 from odradek.storage.epoch_cache import LeaderEpochCache
 from odradek.storage.errors import CorruptRecordError, InconsistentMetaPropertiesError, \
     InvalidTopicError, OffsetOutOfRangeError, RecordListTooLargeError, StorageError, \
@@ -18,7 +20,8 @@ from odradek.storage.manager import LogManager
 from odradek.storage.segment import LogSegment
 
 __all__ = [
-    "CorruptRecordError", "FileSlice", "InconsistentMetaPropertiesError", "InvalidTopicError",
+    "CleanerConfig", "CleanerStats", "CorruptRecordError", "FileSlice",
+    "InconsistentMetaPropertiesError", "InvalidTopicError",
     "LeaderEpochCache", "Log", "LogAppendInfo", "LogConfig", "LogManager", "LogManagerConfig",
     "LogSegment", "MetaProperties", "OffsetCheckpointFile", "OffsetOutOfRangeError",
     "RecordListTooLargeError", "StorageError", "TimestampAndOffset", "UnexpectedAppendOffsetError",

@@ -1,7 +1,7 @@
 """Small text files in Kafka's formats: offset checkpoints, meta.properties, the clean-shutdown marker.
 
 Offset checkpoint (log-dir root: recovery-point-offset-checkpoint, replication-offset-checkpoint,
-log-start-offset-checkpoint), UTF-8 lines:
+log-start-offset-checkpoint, cleaner-offset-checkpoint), UTF-8 lines:
 
     0                     version
     2                     number of entries
@@ -33,6 +33,7 @@ from odradek.storage.errors import StorageError
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"  # per partition: the first dirty offset
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 META_PROPERTIES = "meta.properties"
 CHECKPOINT_VERSION = 0

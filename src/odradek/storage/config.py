@@ -1,19 +1,22 @@
-"""Per-log and log-manager settings, with Kafka's names and defaults.
+"""Per-log, log-manager and log-cleaner settings, with Kafka's names and defaults.
 
 `LogConfig` holds the topic-level settings a partition log obeys; `LogConfig.from_properties` reads the
-topic-level names (`segment.bytes`, `retention.ms`, ...). `LogManagerConfig` holds the broker-wide
-intervals of the periodic tasks. Broker keys, their synonyms and precedence (`log.retention.hours` and
-friends) belong to `odradek.server.config`, which resolves a topic's effective values and hands them
-here by their topic-level names.
+topic-level names (`segment.bytes`, `retention.ms`, `min.cleanable.dirty.ratio`, ...).
+`LogManagerConfig` holds the broker-wide intervals of the periodic tasks and the `CleanerConfig`
+(the `log.cleaner.*` keys, which have no topic-level form). Broker keys, their synonyms and
+precedence (`log.retention.hours` and friends) belong to `odradek.server.config`, which resolves a
+topic's effective values and hands them here by their topic-level names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+MIN_DEDUPE_BUFFER_SIZE = 64 * 1024  # room for a few hundred keys: a cleaning pass must make progress
 
 # Topic-level name -> LogConfig field.
 _TOPIC_KEYS = {
@@ -26,10 +29,12 @@ _TOPIC_KEYS = {
     "flush.messages": "flush_messages",
     "flush.ms": "flush_ms",
     "file.delete.delay.ms": "file_delete_delay_ms",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
+_TOPIC_FLOAT_KEYS = {"min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio"}
 
-# Broker-level name -> (LogConfig field, multiplier to the field's unit). Earlier names win, as in Kafka
-# (log.roll.ms over log.roll.hours, log.retention.ms over .minutes over .hours).
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     segment_bytes: int = 1024 * 1024 * 1024
@@ -42,6 +47,10 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     file_delete_delay_ms: int = 60_000
     cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         # Positions in .index entries are int32, so a segment must stay below 2 GiB.
@@ -56,20 +65,69 @@ class LogConfig:
         _check(self.file_delete_delay_ms >= 0, "file.delete.delay.ms", self.file_delete_delay_ms)
         for policy in self.cleanup_policy:
             _check(policy in ("delete", "compact"), "cleanup.policy", self.cleanup_policy)
+        _check(self.delete_retention_ms >= 0, "delete.retention.ms", self.delete_retention_ms)
+        _check(self.min_compaction_lag_ms >= 0, "min.compaction.lag.ms", self.min_compaction_lag_ms)
+        _check(self.max_compaction_lag_ms >= 1, "max.compaction.lag.ms", self.max_compaction_lag_ms)
+        _check(0 <= self.min_cleanable_dirty_ratio <= 1, "min.cleanable.dirty.ratio",
+               self.min_cleanable_dirty_ratio)
 
     @property
     def deletes_by_retention(self) -> bool:
         return "delete" in self.cleanup_policy
 
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """The age at which the active segment rolls: `segment.ms`, or `max.compaction.lag.ms` when
+        that is shorter on a compacted topic (the cleaner never touches the active segment, so a
+        record could otherwise wait for compaction longer than the lag allows; Kafka does the same)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
     def from_properties(self, props: Mapping[str, str]) -> LogConfig:
         """This config overridden by topic-level properties (`segment.bytes`, `retention.ms`, ...)."""
-        changes: dict[str, object] = {}
+        changes: dict[str, Any] = {}
         for key, name in _TOPIC_KEYS.items():
             if key in props:
                 changes[name] = int(props[key])
+        for key, name in _TOPIC_FLOAT_KEYS.items():
+            if key in props:
+                changes[name] = float(props[key])
         if "cleanup.policy" in props:
             changes["cleanup_policy"] = _policy(props["cleanup.policy"])
         return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The log cleaner's broker-wide settings (Kafka's `log.cleaner.*` keys and defaults)."""
+
+    enable: bool = True                             # log.cleaner.enable
+    threads: int = 1                                # log.cleaner.threads
+    dedupe_buffer_size: int = 128 * 1024 * 1024     # log.cleaner.dedupe.buffer.size, all threads
+    io_buffer_size: int = 512 * 1024                # log.cleaner.io.buffer.size, per thread
+    io_buffer_load_factor: float = 0.9              # log.cleaner.io.buffer.load.factor
+    backoff_ms: int = 15_000                        # log.cleaner.backoff.ms
+    io_max_bytes_per_second: float = 1.7976931348623157e308  # log.cleaner.io.max.bytes.per.second
+
+    def __post_init__(self) -> None:
+        _check(self.threads >= 0, "log.cleaner.threads", self.threads)
+        _check(self.dedupe_buffer_size >= MIN_DEDUPE_BUFFER_SIZE, "log.cleaner.dedupe.buffer.size",
+               self.dedupe_buffer_size)
+        _check(self.io_buffer_size >= 4096, "log.cleaner.io.buffer.size", self.io_buffer_size)
+        _check(0 < self.io_buffer_load_factor <= 1, "log.cleaner.io.buffer.load.factor",
+               self.io_buffer_load_factor)
+        _check(self.backoff_ms >= 0, "log.cleaner.backoff.ms", self.backoff_ms)
+        _check(self.io_max_bytes_per_second > 0, "log.cleaner.io.max.bytes.per.second",
+               self.io_max_bytes_per_second)
+
+    @property
+    def running_threads(self) -> int:
+        return self.threads if self.enable else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +138,7 @@ class LogManagerConfig:
     log_start_offset_checkpoint_interval_ms: int = 60_000  # log.flush.start.offset.checkpoint.interval.ms
     high_watermark_checkpoint_interval_ms: int = 5_000  # replica.high.watermark.checkpoint.interval.ms
     log_defaults: LogConfig = field(default_factory=LogConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
 
     def __post_init__(self) -> None:
         _check(len(self.log_dirs) >= 1, "log.dirs", self.log_dirs)

@@ -7,6 +7,8 @@ Directory `<log.dir>/<topic>-<partition>/`:
     leader-epoch-checkpoint                           see epoch_cache.py
     00000000000001048576.snapshot                     producer state, see producer_state.py
     *.deleted                                         segments waiting for file.delete.delay.ms
+    *.cleaned, *.swap                                 a cleaned segment being swapped in, see
+                                                      cleaner_swap.py (resolved on open)
 
 Invariants (asserted where they hold):
 - there is always at least one segment; the last one is the active segment, the only one appended to;
@@ -19,7 +21,9 @@ Invariants (asserted where they hold):
 The leader assigns offsets by patching each batch's base_offset and partition_leader_epoch in place
 (neither is covered by the CRC) and appends the buffer with one write; records are never rebuilt.
 Nothing here fsyncs unless `flush.messages` / `flush.ms` say so, or a rolled segment is flushed by the
-periodic task, as Kafka does. Not thread-safe: one caller at a time.
+periodic task, as Kafka does. Not thread-safe: one caller at a time. The cleaner's threads never call
+a Log: they read pinned segment files and hand cleaned segments back to the caller's thread, which
+swaps them in with `replace_segments` (cleaner.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crc32c import crc32c
 
@@ -40,6 +45,7 @@ from odradek.records import codecs
 from odradek.records.header import BatchHeader, iter_headers, set_base_offset, \
     set_partition_leader_epoch
 from odradek.storage.checkpoints import fsync_dir
+from odradek.storage.cleaner_swap import commit_swap, recover_swaps
 from odradek.storage.config import LogConfig
 from odradek.storage.epoch_cache import LeaderEpochCache
 from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
@@ -96,6 +102,7 @@ class Log:
         self._last_flush_ms = 0
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._loaded_inactive: OrderedDict[int, LogSegment] = OrderedDict()
+        self.truncations = 0  # replica truncations so far: a cleaning planned before one is void
         self.leader_epoch_cache = LeaderEpochCache.load(directory)
         self.producer_state = ProducerStateManager(directory)
 
@@ -112,8 +119,8 @@ class Log:
         parse_partition_dir_name(directory.name)
         directory.mkdir(parents=True, exist_ok=True)
         bases = _clean_directory(directory)
-        settings = {"index_interval_bytes": config.index_interval_bytes,
-                    "max_index_bytes": config.segment_index_bytes, "now_ms": now_ms}
+        settings: dict[str, Any] = {"index_interval_bytes": config.index_interval_bytes,
+                                    "max_index_bytes": config.segment_index_bytes, "now_ms": now_ms}
         segments = [LogSegment.open(directory, b, **settings) for b in bases]
         if not segments:
             segments = [LogSegment.create(directory, max(log_start_offset, 0), **settings)]
@@ -283,7 +290,7 @@ class Log:
         if segment.size > self.config.segment_bytes - size \
                 or (segment.size > 0
                     and self._time_waited_for_roll(segment, now_ms, max_timestamp)
-                    > self.config.segment_ms) \
+                    > self.config.max_segment_ms) \
                 or segment.indexes_full or not segment.can_hold_offset(last_offset):
             segment = self.roll(now_ms, first_offset)
         return segment
@@ -449,6 +456,7 @@ class Log:
             raise ValueError(f"truncate to {offset}")
         if offset >= self._log_end_offset:
             return False
+        self.truncations += 1
         if offset < self._base_offsets[0]:
             self.truncate_fully_and_start_at(offset, now_ms)
             return True
@@ -468,6 +476,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
         """Delete everything; the log restarts empty at `offset` (a follower far behind)."""
+        self.truncations += 1
         for segment in self._segments:
             self._schedule_delete(segment, now_ms)
         segment = LogSegment.create(self.dir, offset,
@@ -479,10 +488,30 @@ class Log:
         self.leader_epoch_cache.clear()
         self.producer_state.truncate_fully_and_start_at(offset)
 
-    def _schedule_delete(self, segment: LogSegment, now_ms: int) -> None:
-        self._loaded_inactive.pop(segment.base_offset, None)
-        segment.rename_to_deleted()
-        if self.config.file_delete_delay_ms == 0:
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment], now_ms: int) -> bool:
+        """Swap `cleaned` (flushed, with the `.cleaned` suffix) in for the consecutive inactive
+        segments `old`, which it replaces record for record minus what the cleaner removed. False,
+        and nothing changed, when `old` is no longer a run of inactive segments of this log."""
+        i = next((k for k, s in enumerate(self._segments) if s is old[0]), None)
+        if i is None or i + len(old) >= len(self._segments) \
+                or any(a is not b for a, b in zip(self._segments[i:i + len(old)], old)):
+            return False
+        assert cleaned.base_offset == old[0].base_offset
+        commit_swap(self.dir, cleaned, old)
+        self._segments[i:i + len(old)] = [cleaned]
+        self._base_offsets[i:i + len(old)] = [cleaned.base_offset]
+        for segment in old:
+            self._schedule_delete(segment, now_ms, renamed=True)
+            if segment is not old[0]:  # as Kafka: no snapshot stays at an offset no segment starts at
+                self.producer_state.delete_snapshot(segment.base_offset)
+        return True
+
+    def _schedule_delete(self, segment: LogSegment, now_ms: int, renamed: bool = False) -> None:
+        if self._loaded_inactive.get(segment.base_offset) is segment:
+            del self._loaded_inactive[segment.base_offset]
+        if not renamed:
+            segment.rename_to_deleted()
+        if self.config.file_delete_delay_ms == 0 and not segment.pins:
             segment.delete()
         else:
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
@@ -492,10 +521,12 @@ class Log:
         return min((t for t, _ in self._pending_deletes), default=None)
 
     def delete_expired_files(self, now_ms: int) -> int:
-        """Close and remove `.deleted` segments whose file.delete.delay.ms has passed."""
-        due = [s for t, s in self._pending_deletes if t <= now_ms]
+        """Close and remove `.deleted` segments whose file.delete.delay.ms has passed (and that no
+        cleaning pass is reading)."""
+        due = [s for t, s in self._pending_deletes if t <= now_ms and not s.pins]
         if due:
-            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now_ms]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes
+                                     if t > now_ms or s.pins]
             for segment in due:
                 segment.delete()
         return len(due)
@@ -559,7 +590,9 @@ def _stamp_log_append_time(buf: memoryview, pos: int, size: int, now_ms: int) ->
 
 
 def _clean_directory(directory: Path) -> list[int]:
-    """Remove leftovers of a previous run (.deleted, .tmp, orphan indexes); return segment bases."""
+    """Finish or undo an interrupted swap, remove leftovers of a previous run (.deleted, .tmp,
+    orphan indexes); return segment bases."""
+    recover_swaps(directory)
     bases = []
     names = os.listdir(directory)
     for name in names:

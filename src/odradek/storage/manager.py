@@ -6,6 +6,7 @@ Each log dir holds partition directories (`<topic>-<partition>/`, see log.py) an
     recovery-point-offset-checkpoint    per partition: offsets below this are fsynced
     replication-offset-checkpoint       per partition: the high watermark
     log-start-offset-checkpoint         per partition: the log start offset
+    cleaner-offset-checkpoint           per partition: the first dirty offset (cleaner.py)
     .kafka_cleanshutdown                present only after a clean close
     <topic>-<partition>.<uuid>-delete/  a deleted partition waiting for file.delete.delay.ms
                                         (the topic shortened to keep the name within 255 bytes)
@@ -15,12 +16,14 @@ from its recovery point (CRC re-validation, truncation of torn tails, index rebu
 removed once loading is done and written again by `close`, after every log is flushed and every
 checkpoint written. A new partition goes to the dir holding the fewest partitions.
 
-No threads or timers live here: the server calls `run_periodic(now_ms)` from its own timer and it
-runs whatever is due (retention every log.retention.check.interval.ms, checkpoints at their
-intervals, removal of `.deleted` files) and returns when it next wants to be called. Flushing of
-rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only every
-log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does nothing
-there). Not thread-safe: one caller at a time.
+No timers live here: the server calls `run_periodic(now_ms)` from its own timer and it runs whatever
+is due (the log cleaner's hand-offs: swaps of cleaned segments and new passes, retention every
+log.retention.check.interval.ms, checkpoints at their intervals, removal of `.deleted` files) and
+returns when it next wants to be called. The only threads are the cleaner's (`log.cleaner.threads`,
+started by the first `run_periodic`, stopped by `close`); they never call into a Log (cleaner.py).
+Flushing of rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only
+every log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does
+nothing there). Not thread-safe: one caller at a time.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from odradek.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, \
     RECOVERY_POINT_CHECKPOINT, REPLICATION_CHECKPOINT, MetaProperties, OffsetCheckpointFile, \
     TopicPartition, fsync_dir, has_clean_shutdown_marker, read_meta_properties, \
     remove_clean_shutdown_marker, write_clean_shutdown_marker, write_meta_properties
-from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.cleaner import CleanerStats, LogCleaner
+from odradek.storage.config import CleanerConfig, LogConfig, LogManagerConfig
 from odradek.storage.errors import InconsistentMetaPropertiesError, InvalidTopicError, \
     StorageError
 from odradek.storage.log import Log
@@ -66,6 +70,7 @@ class LogManager:
         self._deleting: list[tuple[int, Log, Path]] = []
         self._due: dict[str, int] = {}
         self._closed = False
+        self.cleaner: LogCleaner | None = None
 
     @classmethod
     def open(cls, config: LogManagerConfig, *, now_ms: int, decompress: Decompress | None = None,
@@ -76,6 +81,7 @@ class LogManager:
             manager._load_dir(log_dir, now_ms)
         for log_dir in manager.log_dirs:
             remove_clean_shutdown_marker(log_dir)
+        manager.cleaner = LogCleaner(manager, config.cleaner)
         manager._due = {
             "retention": now_ms + config.retention_check_interval_ms,
             "recovery_points": now_ms + config.recovery_point_checkpoint_interval_ms,
@@ -176,6 +182,8 @@ class LogManager:
             self._logs[tp] = log
             self._dir_of[tp] = log_dir
             raise
+        if self.cleaner is not None:
+            self.cleaner.on_log_deleted(tp, log, log_dir)
         if sync:
             fsync_dir(log_dir)
         self._deleting.append((now_ms + log.config.file_delete_delay_ms, log, doomed))
@@ -211,7 +219,7 @@ class LogManager:
     def _remove_deleted_dirs(self, now_ms: int) -> None:
         keep = []
         for due, log, path in self._deleting:
-            if due <= now_ms:
+            if due <= now_ms and not (self.cleaner is not None and self.cleaner.is_cleaning(log)):
                 log.release()
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -222,6 +230,8 @@ class LogManager:
 
     def run_periodic(self, now_ms: int) -> int:
         """Run the disk tasks that are due; return the time (ms) they next want to run."""
+        if self.cleaner is not None:
+            self.cleaner.run_owner_tasks(now_ms)
         self._remove_deleted_dirs(now_ms)
         for _, log in self.logs():
             log.delete_expired_files(now_ms)
@@ -247,6 +257,19 @@ class LogManager:
         """Apply retention to every log now; return how many segments were deleted."""
         return sum(retention.apply_retention(log, now_ms) for _, log in self.logs())
 
+    def clean_now(self, now_ms: int):
+        """One cleaning pass over the filthiest compacted log, in this thread (see cleaner.py)."""
+        return self.cleaner.clean_now(now_ms) if self.cleaner is not None else None
+
+    @property
+    def cleaner_stats(self) -> CleanerStats | None:
+        return self.cleaner.stats if self.cleaner is not None else None
+
+    def update_cleaner_config(self, config: CleanerConfig) -> None:
+        """Dynamic `log.cleaner.*` changes: the cleaner's threads restart with them."""
+        if self.cleaner is not None:
+            self.cleaner.update_config(config)
+
     def flush_all(self, now_ms: int) -> None:
         for _, log in self.logs():
             log.flush(now_ms)
@@ -271,6 +294,8 @@ class LogManager:
         if self._closed:
             return
         self._closed = True
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         for _, log in self.logs():
             log.flush(now_ms)
             log.close()

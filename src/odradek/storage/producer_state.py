@@ -391,6 +391,11 @@ class ProducerStateManager:
         for snapshot in [s for s in self._snapshots if s < offset]:
             self._delete_snapshot(snapshot)
 
+    def delete_snapshot(self, offset: int) -> None:
+        """Remove the snapshot at `offset`, if any (its segment was merged away by the cleaner)."""
+        if offset in self._snapshots:
+            self._delete_snapshot(offset)
+
     def _delete_snapshot(self, offset: int) -> None:
         self._snapshots.remove(offset)
         snapshot_path(self.dir, offset).unlink(missing_ok=True)

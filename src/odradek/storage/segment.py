@@ -6,13 +6,18 @@ Files, in the partition directory, named by the segment's base offset zero-padde
     00000000000000000000.index      OffsetIndex (see index.py)
     00000000000000000000.timeindex  TimeIndex (see index.py)
 
+A segment the cleaner is writing carries a suffix after each name (`.cleaned`, then `.swap` while it
+is being swapped in; see cleaner_swap.py); `change_suffix` renames the indexes first and the `.log`
+file last, so the `.log` file's name is the one recovery goes by.
+
 Invariants:
 - every batch in the file has base_offset >= base_offset, offsets increase from batch to batch, and
   last_offset - base_offset fits an int32 (the index stores relative offsets);
 - `size` is the length of the file's valid prefix and stays below 2 GiB (index positions are int32);
 - an append is one `pwrite` of already-validated bytes at `size`; the file is never rewritten in place
   except by truncation (replica truncation, recovery);
-- index entries point at batch starts within `size`.
+- index entries point at batch starts within `size`;
+- a segment with `pins` > 0 is being read by the cleaner: its file stays open until unpinned.
 
 A segment decides no policy: rolling, retention, recovery and flushing are decided by the log and the
 modules that use segments.
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from odradek.records.header import iter_headers
@@ -36,6 +41,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 INT_MAX = 2**31 - 1
 
 
@@ -45,18 +52,21 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 class LogSegment:
     def __init__(self, directory: Path, base_offset: int, *, index_interval_bytes: int,
-                 max_index_bytes: int, now_ms: int, new: bool) -> None:
+                 max_index_bytes: int, now_ms: int, new: bool, suffix: str = "") -> None:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / (segment_file_name(base_offset, LOG_SUFFIX) + suffix)
         self.created_ms = now_ms
+        self.pins = 0  # cleaner passes reading this segment's file (changed on the log's thread)
         opener = (lambda p, f: os.open(p, f | os.O_CREAT | os.O_EXCL, 0o644)) if new else None
         self.file = io.FileIO(self.log_path, "r+", opener=opener)
         self.size = os.fstat(self.file.fileno()).st_size
-        self.offset_index = OffsetIndex(directory / segment_file_name(base_offset, INDEX_SUFFIX),
-                                        base_offset, max_index_bytes, new=new)
-        self.time_index = TimeIndex(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
-                                    base_offset, max_index_bytes, new=new)
+        self.offset_index = OffsetIndex(
+            directory / (segment_file_name(base_offset, INDEX_SUFFIX) + suffix), base_offset,
+            max_index_bytes, new=new)
+        self.time_index = TimeIndex(
+            directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix), base_offset,
+            max_index_bytes, new=new)
         # Tail state: known after an append, a recovery or a lazy scan from the last index entry.
         self._next_offset: int | None = base_offset if new else None
         self._max_timestamp = NO_TIMESTAMP
@@ -66,9 +76,9 @@ class LogSegment:
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
-               max_index_bytes: int, now_ms: int) -> LogSegment:
+               max_index_bytes: int, now_ms: int, suffix: str = "") -> LogSegment:
         return cls(directory, base_offset, index_interval_bytes=index_interval_bytes,
-                   max_index_bytes=max_index_bytes, now_ms=now_ms, new=True)
+                   max_index_bytes=max_index_bytes, now_ms=now_ms, new=True, suffix=suffix)
 
     @classmethod
     def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
@@ -338,6 +348,24 @@ class LogSegment:
             self.mark_inactive()
         self.file.close()
 
+    def change_suffix(self, old: str, new: str, between: Callable[[], None] | None = None) -> None:
+        """Rename `<name><old>` to `<name><new>` for the indexes, then (after calling `between`)
+        for the .log file."""
+        for index in (self.offset_index, self.time_index):
+            index.rename(_replace_suffix(index.path, old, new))
+        if between is not None:
+            between()
+        os.replace(self.log_path, _replace_suffix(self.log_path, old, new))
+        self.log_path = _replace_suffix(self.log_path, old, new)
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.file.fileno()).st_mtime * 1000)
+
+    def set_last_modified_ms(self, ms: int) -> None:
+        """Set the .log file's mtime (retention falls back on it for segments without timestamps)."""
+        os.utime(self.file.fileno(), ns=(ms * 1_000_000, ms * 1_000_000))
+
     def rename_to_deleted(self) -> None:
         """First step of deletion: open slices keep reading through the still-open descriptor."""
         deleted = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
@@ -352,3 +380,9 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+
+
+def _replace_suffix(path: Path, old: str, new: str) -> Path:
+    name = path.name
+    assert name.endswith(old), (path, old)
+    return path.with_name(name[:len(name) - len(old)] + new if old else name + new)

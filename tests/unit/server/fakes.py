@@ -223,6 +223,9 @@ class MemoryLogs:
     def get_or_create_log(self, topic: str, partition: int, now_ms: int, config: object = None) -> MemoryLog:
         return self.open_log(topic, partition, now_ms)
 
+    def update_cleaner_config(self, config: object) -> None:
+        self.cleaner_config = config
+
     def delete_log(self, topic: str, partition: int, now_ms: int, *, sync: bool = True) -> bool:
         if self.opened.pop((topic, partition), None) is None:
             return False

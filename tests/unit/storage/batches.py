@@ -20,22 +20,25 @@ def varint(value: int) -> bytes:
             return bytes(out)
 
 
-def record(offset_delta: int, timestamp_delta: int, value: bytes, key: bytes | None = None) -> bytes:
+def record(offset_delta: int, timestamp_delta: int, value: bytes | None,
+           key: bytes | None = None) -> bytes:
     body = (b"\x00" + varint(timestamp_delta) + varint(offset_delta)
             + (varint(-1) if key is None else varint(len(key)) + key)
-            + varint(len(value)) + value + varint(0))
+            + (varint(-1) if value is None else varint(len(value)) + value) + varint(0))
     return varint(len(body)) + body
 
 
-def batch(values: list[bytes], *, base_offset: int = 0, base_timestamp: int = 1_000,
+def batch(values: list[bytes | None], *, base_offset: int = 0, base_timestamp: int = 1_000,
           timestamp_deltas: list[int] | None = None, attributes: int = 0, leader_epoch: int = -1,
           producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
-          offset_deltas: list[int] | None = None, compress=None) -> bytes:
+          offset_deltas: list[int] | None = None, compress=None,
+          keys: list[bytes | None] | None = None) -> bytes:
     """One v2 batch; with `compress`, the records are compressed with it (set the codec bits in
-    `attributes` to match)."""
+    `attributes` to match). A value None is a tombstone."""
     deltas = timestamp_deltas if timestamp_deltas is not None else [0] * len(values)
     offsets = offset_deltas if offset_deltas is not None else list(range(len(values)))
-    records = b"".join(record(o, d, v) for o, d, v in zip(offsets, deltas, values))
+    keys = keys if keys is not None else [None] * len(values)
+    records = b"".join(record(o, d, v, k) for o, d, v, k in zip(offsets, deltas, values, keys))
     if compress is not None:
         records = compress(records)
     after_crc = struct.pack(">hiqqqhii", attributes, offsets[-1], base_timestamp,
