@@ -227,13 +227,16 @@ class EmbeddedController:
             self._discard_logs(created)
             raise
         now = self.clock()
+        changed = []
         for _, new in plans:
             await run_sliced(self._open_partitions(new, now), slices)
             info = self.controller.publish_partitions(new)
-            self._publish([info.name])
             if info.configs != new.configs:     # changed while the logs were being created
-                self.reconfigure_logs(info.name)
+                changed.append(info.name)
             log.info("topic %s now has %d partition(s)", info.name, len(info.partitions))
+        self._publish(new.name for _, new in plans)    # one new image for the whole request
+        for name in changed:
+            self.reconfigure_logs(name)
 
     def _commit_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
         self.controller.commit(self.controller.partition_ops(plans))

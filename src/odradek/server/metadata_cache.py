@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable
+from typing import Callable, TypeVar
 
 from odradek.cluster.topics import PartitionState, TopicInfo
 from odradek.server.config import BrokerConfig, TopicConfig
@@ -48,12 +48,15 @@ class BrokerRegistration:
 
 
 _EMPTY: Mapping = MappingProxyType({})
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class MetadataImage:
     """One consistent view of the cluster. Build new images from old ones; never mutate one."""
 
-    __slots__ = ("cluster_id", "controller_id", "brokers", "topics", "topic_ids", "config", "_topic_configs")
+    __slots__ = ("cluster_id", "controller_id", "brokers", "topics", "topic_ids", "config", "_topic_configs",
+                 "_sorted_names")
 
     def __init__(self, config: BrokerConfig, *, cluster_id: str | None = None, controller_id: int = -1,
                  brokers: Mapping[int, BrokerRegistration] = _EMPTY, topics: Mapping[str, TopicInfo] = _EMPTY,
@@ -61,12 +64,13 @@ class MetadataImage:
         self.config = config
         self.cluster_id = cluster_id
         self.controller_id = controller_id
-        self.brokers: Mapping[int, BrokerRegistration] = MappingProxyType(dict(brokers))
-        self.topics: Mapping[str, TopicInfo] = MappingProxyType(dict(topics))
-        self.topic_ids: Mapping[uuid.UUID, str] = MappingProxyType(
-            dict(topic_ids) if topic_ids is not None else {t.topic_id: n for n, t in self.topics.items()})
-        # Derived, not state: resolved on first use, the same for every reader of this image.
+        self.brokers: Mapping[int, BrokerRegistration] = _frozen(brokers)
+        self.topics: Mapping[str, TopicInfo] = _frozen(topics)
+        self.topic_ids: Mapping[uuid.UUID, str] = _frozen(
+            topic_ids if topic_ids is not None else {t.topic_id: n for n, t in self.topics.items()})
+        # Derived, not state: computed on first use, the same for every reader of this image.
         self._topic_configs: dict[str, TopicConfig] = {}
+        self._sorted_names: list[str] | None = None
 
     # ------------------------------------------------------------------------------ reads
     def topic(self, name: str | None) -> TopicInfo | None:
@@ -77,7 +81,10 @@ class MetadataImage:
         return self.topics.get(name) if name is not None else None
 
     def topic_names(self) -> list[str]:
-        return sorted(self.topics)
+        """Every topic name, sorted (a new list: the caller may keep or change it)."""
+        if self._sorted_names is None:
+            self._sorted_names = sorted(self.topics)
+        return list(self._sorted_names)
 
     def partition(self, topic: str | None, index: int) -> PartitionState | None:
         info = self.topic(topic)
@@ -118,7 +125,10 @@ class MetadataImage:
         return MetadataImage(**fields)
 
     def with_topics(self, infos: Iterable[TopicInfo]) -> MetadataImage:
-        """This image with `infos` added or replaced."""
+        """This image with `infos` added or replaced (one copy of the topic maps for all of them)."""
+        infos = list(infos)
+        if not infos:
+            return self
         topics, ids = dict(self.topics), dict(self.topic_ids)
         for info in infos:
             old = topics.get(info.name)
@@ -126,15 +136,17 @@ class MetadataImage:
                 ids.pop(old.topic_id, None)
             topics[info.name] = info
             ids[info.topic_id] = info.name
-        return self._derive(topics=topics, topic_ids=ids)
+        return self._derive(topics=MappingProxyType(topics), topic_ids=MappingProxyType(ids))
 
     def without_topics(self, names: Iterable[str]) -> MetadataImage:
+        names = [n for n in names if n in self.topics]
+        if not names:
+            return self
         topics, ids = dict(self.topics), dict(self.topic_ids)
         for name in names:
-            info = topics.pop(name, None)
-            if info is not None:
-                ids.pop(info.topic_id, None)
-        return self._derive(topics=topics, topic_ids=ids)
+            info = topics.pop(name)
+            ids.pop(info.topic_id, None)
+        return self._derive(topics=MappingProxyType(topics), topic_ids=MappingProxyType(ids))
 
     def with_config(self, config: BrokerConfig) -> MetadataImage:
         return self._derive(config=config)
@@ -144,6 +156,12 @@ class MetadataImage:
 
     def with_cluster_id(self, cluster_id: str) -> MetadataImage:
         return self._derive(cluster_id=cluster_id)
+
+
+def _frozen(mapping: Mapping[K, V]) -> Mapping[K, V]:
+    """A read-only mapping: a proxy is an image's own (made here from a fresh copy) and is shared by
+    the images derived from it; anything else is copied."""
+    return mapping if isinstance(mapping, MappingProxyType) else MappingProxyType(dict(mapping))
 
 
 class MetadataCache:
