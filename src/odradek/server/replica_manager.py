@@ -179,9 +179,10 @@ class ReplicaManager:
         the high watermark reaches the offset, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR has shrunk
         below min.insync.replicas by then, NOT_LEADER_OR_FOLLOWER if leadership moved, and
         REQUEST_TIMED_OUT when `timeout_ms` passes first."""
+        done = self.acks_done(required)
+        if done is not None:
+            return done
         codes = [self._acks_status(p, o) for p, o in required]
-        if all(c is not None for c in codes):
-            return [c for c in codes if c is not None]
         deadline = self.clock() + max(timeout_ms, 0)
         while True:
             waiting = [p.key for (p, _), c in zip(required, codes) if c is None]
@@ -192,6 +193,17 @@ class ReplicaManager:
                 break
             codes = [c if c is not None else self._acks_status(p, o) for (p, o), c in zip(required, codes)]
         return [c if c is not None else ErrorCode.REQUEST_TIMED_OUT for c in codes]
+
+    def acks_done(self, required: Sequence[tuple[Partition, int]]) -> list[ErrorCode] | None:
+        """`wait_for_acks`' answer if it is there already (alone in the ISR, always), else None: the
+        caller awaits only when something is left to wait for."""
+        done: list[ErrorCode] = []
+        for p, o in required:
+            c = self._acks_status(p, o)
+            if c is None:
+                return None
+            done.append(c)
+        return done
 
     def _acks_status(self, part: Partition, required_offset: int) -> ErrorCode | None:
         if self._partitions.get(part.key) is not part or not part.is_leader:

@@ -79,9 +79,14 @@ async def handle_produce(ctx: RequestContext, request: m.ProduceRequest) -> m.Pr
             raise ConnectionClosing()
         return None
     if waiting:
-        codes = await ctx.replica_manager.wait_for_acks([(p, end) for p, end, _ in waiting], request.timeout_ms)
+        rm = ctx.replica_manager
+        required = [(p, end) for p, end, _ in waiting]
+        codes = rm.acks_done(required)
+        if codes is None:
+            codes = await rm.wait_for_acks(required, request.timeout_ms)
         for (_, _, response), code in zip(waiting, codes):
-            response.error_code = code
+            if code:
+                response.error_code = code
     return m.ProduceResponse(responses=responses, throttle_time_ms=0)
 
 
