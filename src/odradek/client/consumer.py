@@ -33,12 +33,13 @@ from odradek.client.errors import (
 )
 from odradek.client.fetcher import (
     CompletedFetch, ConsumerRecord, FetchedBatch, OffsetAndTimestamp, PartitionState, TopicPartition,
-    records_of, to_fetched_batch,
+    to_fetched_batch,
 )
 from odradek.client.consumer_group import GroupConsumer
 from odradek.client.group import consumer_group_config
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import fetch as fm, list_offsets as lo
+from odradek.records.columns import RecordColumns
 
 log = logging.getLogger("odradek.client.consumer")
 
@@ -47,7 +48,7 @@ LIST_OFFSETS_KEY = 2
 EARLIEST = -2
 LATEST = -1
 
-__all__ = ["Consumer", "ConsumerRecord", "FetchedBatch", "OffsetAndTimestamp", "TopicPartition"]
+__all__ = ["Consumer", "ConsumerRecord", "FetchedBatch", "OffsetAndTimestamp", "RecordColumns", "TopicPartition"]
 
 
 def _tp(x) -> TopicPartition:
@@ -214,9 +215,22 @@ class Consumer(GroupConsumer):
     # ------------------------------------------------------------------------------------ reading
     async def getmany(self, timeout_ms: int = 0, max_records: int | None = None
                       ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records by partition, waiting up to timeout_ms for the first; at most max.poll.records."""
+        """Records by partition, waiting up to timeout_ms for the first; at most max.poll.records.
+
+        Each fetched batch is decoded once (`CompletedFetch.take_records`); a poll takes the next slice
+        of the decoded records, so the cost per record does not depend on max_records."""
+        return await self._take(timeout_ms, max_records, False)
+
+    async def getmany_columns(self, timeout_ms: int = 0, max_records: int | None = None
+                              ) -> dict[TopicPartition, RecordColumns]:
+        """`getmany` in bulk: per partition, the records as columns (offsets, timestamps,
+        timestamp_types, keys, values, headers: parallel lists), without a record object each.
+        Positions, commits and max.poll.records work as with getmany."""
+        return await self._take(timeout_ms, max_records, True)
+
+    async def _take(self, timeout_ms: int, max_records: int | None, columns: bool) -> dict:
         limit = max_records or self.config["max.poll.records"]
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        out: dict = {}
         n = 0
         deadline = now_ms() + timeout_ms
         self._poll_started()
@@ -224,32 +238,45 @@ class Consumer(GroupConsumer):
             while n < limit:
                 if not n:
                     await self._group_poll()
-                item = self._next_entry()
-                if item is None:
+                cf = self._next_fetch()
+                if cf is None:
                     if n or not await self._wait_data(deadline):
                         break
                     continue
-                n += self._take_records(item, limit - n, out)
+                st = cf.state
+                if columns:
+                    got = cf.take_columns(st.position, limit - n)
+                    count = len(got) if got is not None else 0
+                else:
+                    got = cf.take_records(st.position, limit - n)
+                    count = len(got)
+                if not count:     # this fetch is read: past any control batches at its end
+                    if cf.next_offset > st.position:
+                        st.position = cf.next_offset
+                    self._release(cf)
+                    self._current = None
+                    continue
+                st.position = (got.offsets[-1] if columns else got[-1].offset) + 1
+                before = out.get(cf.tp)
+                if before is None:
+                    out[cf.tp] = got
+                elif columns:
+                    before.extend(got)
+                else:
+                    before += got
+                n += count
         finally:
             self._poll_ended()
         return out
 
-    @staticmethod
-    def _take_records(item, room: int, out: dict) -> int:
-        cf, entry, first = item
-        records = records_of(cf.tp, entry, first, False)
-        if len(records) > room:     # hand out part of the batch; the rest comes next time
-            records = records[:room]
-            cf.state.position = records[-1].offset + 1
-            cf.pending = entry
-        if records:
-            out.setdefault(cf.tp, []).extend(records)
-        return len(records)
-
     async def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        by_tp = await self.getmany(timeout_ms, max_records)
+        if len(by_tp) == 1:
+            for records in by_tp.values():
+                return records
         out: list[ConsumerRecord] = []
-        for records in (await self.getmany(timeout_ms, max_records)).values():
-            out.extend(records)
+        for records in by_tp.values():
+            out += records
         return out
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
@@ -270,14 +297,21 @@ class Consumer(GroupConsumer):
             while len(out) < max_batches:
                 if not out:
                     await self._group_poll()
-                item = self._next_entry()
-                if item is None:
+                cf = self._next_fetch()
+                if cf is None:
                     if out or not await self._wait_data(deadline):
                         break
                     continue
-                cf, entry, first = item
-                fb = to_fetched_batch(cf.tp, entry, first, cf.high_watermark)
-                cf.state.position = fb.next_offset
+                st = cf.state
+                entry = cf.take_batch(st.position)
+                if entry is None:
+                    if cf.next_offset > st.position:
+                        st.position = cf.next_offset
+                    self._release(cf)
+                    self._current = None
+                    continue
+                fb = to_fetched_batch(cf.tp, entry, st.position, cf.high_watermark)
+                st.position = fb.next_offset
                 out.append(fb)
         finally:
             self._poll_ended()
@@ -293,9 +327,9 @@ class Consumer(GroupConsumer):
             for b in got:
                 yield b
 
-    def _next_entry(self):
-        """(completed fetch, batch, first offset to hand out) of the next readable batch, advancing
-        the partition's position past it; None when nothing readable is buffered."""
+    def _next_fetch(self) -> CompletedFetch | None:
+        """The buffered fetch to read next (still current: not seeked, reset, unassigned or paused
+        since it was fetched), or None."""
         self._raise_error()
         while True:
             cf = self._current
@@ -313,20 +347,7 @@ class Consumer(GroupConsumer):
                 self._completed.insert(0, cf)
                 self._current = None
                 continue
-            entry = cf.pending
-            if entry is not None:
-                cf.pending = None
-            else:
-                entry = cf.next_batch()
-            if entry is None:
-                if st.position is not None and cf.next_offset > st.position:
-                    st.position = cf.next_offset   # skipped control or aborted batches
-                self._release(cf)
-                self._current = None
-                continue
-            first = st.position
-            st.position = entry.next_offset
-            return cf, entry, first
+            return cf
 
     def _pop_completed(self) -> CompletedFetch | None:
         """The oldest buffered fetch that is not paused (stale ones are dropped on the way)."""
