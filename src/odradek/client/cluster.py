@@ -143,10 +143,13 @@ class Cluster:
         self._need_update = True
 
     def add_topics(self, topics) -> None:
+        """Track more topics; a new one may be fetched at once, without retry.backoff.ms (as Java's
+        Metadata.requestUpdateForNewTopics: the backoff is for failures, not for new topics)."""
         new = set(topics) - self.topics
         if new:
             self.topics |= new
             self._need_update = True
+            self._last_attempt_ms = -1e18
 
     def stale(self) -> bool:
         age = now_ms() - self.metadata.last_refresh_ms

@@ -29,16 +29,14 @@ Python loop over the records, with the same output and the same checks.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import LOG_APPEND_TIME, MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
 
-try:
-    import numpy as np
-except ImportError:   # the pure-Python path below serves every size, slower
-    np = None  # type: ignore[assignment]
+np: Any = None   # numpy, imported on the first decode that uses it (it takes ~0.1 s to import)
+_NUMPY_MISSING = False
 
 NUMPY_MIN_RECORDS = 64
 _PAD = bytes(16)           # after the joined sections: a varint read (<= 10 bytes) never leaves the buffer
@@ -137,9 +135,21 @@ def decode_batches(batches: Sequence[RecordBatch], first_offset: int = INT64_MIN
     buf = b"".join(pieces)
     if use_numpy is None:
         use_numpy = total >= NUMPY_MIN_RECORDS
-    if use_numpy and np is not None:
+    if use_numpy and _have_numpy():
         return _decode_numpy(buf, sections, total, first_offset)
     return _decode_python(buf, sections, first_offset)
+
+
+def _have_numpy() -> bool:
+    global np, _NUMPY_MISSING
+    if np is None and not _NUMPY_MISSING:
+        try:
+            import numpy
+        except ImportError:   # the pure-Python path serves every size, slower
+            _NUMPY_MISSING = True
+        else:
+            np = numpy
+    return np is not None
 
 
 # ------------------------------------------------------------------------------------------ Python
