@@ -37,7 +37,10 @@ from odradek.records.record_set import iter_batches
 # Responses per partition fetched but not yet read: with 2 the next Fetch is in flight while the
 # application reads the previous response, and memory stays bounded by two responses a partition.
 MAX_BUFFERED_FETCHES = 2
-DECODE_CHUNK_RECORDS = 16384   # records decoded at once, at least (whole batches): amortises numpy's cost
+# Whole batches are decoded at once until a chunk holds this many records (amortising numpy's cost per
+# call) or this many batch bytes (bounding the memory and the event loop's time per decode).
+DECODE_CHUNK_RECORDS = 16384
+DECODE_CHUNK_BYTES = 4 << 20
 
 
 class TopicPartition(NamedTuple):
@@ -151,9 +154,9 @@ class CompletedFetch:
     """A partition's records from one Fetch response, handed out as records or as whole batches.
 
     The entries (batch views) are listed once when the response arrives (`end_offset`: where the next
-    fetch starts). The record path decodes the readable batches a chunk at a time (at least
-    DECODE_CHUNK_RECORDS records, whole batches), each record exactly once, and keeps its place in the
-    chunk across polls of any size (`take_records`). The batch path (`take_batch`) hands out the rest of
+    fetch starts). The record path decodes the readable batches a chunk at a time (whole batches, up to
+    DECODE_CHUNK_RECORDS records or DECODE_CHUNK_BYTES bytes), each record exactly once, and keeps its
+    place in the chunk across polls of any size (`take_records`). The batch path (`take_batch`) hands out the rest of
     a partly read chunk batch by batch, then the following batches."""
 
     def __init__(self, state: PartitionState, records, fetch_offset: int, high_watermark: int,
@@ -240,8 +243,8 @@ class CompletedFetch:
 
     def _decode_chunk(self, position: int) -> RecordColumns | None:
         """Decode the next readable batches at once: what the batch path left of the current chunk, then
-        more, whole batches, at least DECODE_CHUNK_RECORDS records or all that are left; None when no
-        record is left."""
+        more whole batches while the chunk is under DECODE_CHUNK_RECORDS records and DECODE_CHUNK_BYTES
+        bytes; None when no record is left."""
         left = [e for e in self._chunk[self._chunk_index:] if e.next_offset > position]
         out: RecordColumns | None = None
         chunk: list = []
@@ -249,12 +252,14 @@ class CompletedFetch:
             entries = left
             left = []
             n = sum(e.records_count if isinstance(e, RecordBatch) else 1 for e in entries)
-            while n < DECODE_CHUNK_RECORDS:
+            size = sum(e.size for e in entries)
+            while n < DECODE_CHUNK_RECORDS and size < DECODE_CHUNK_BYTES:
                 entry = self.next_batch()
                 if entry is None:
                     break
                 entries.append(entry)
                 n += entry.records_count if isinstance(entry, RecordBatch) else 1
+                size += entry.size
             if not entries:
                 break
             chunk += entries
