@@ -44,6 +44,7 @@ from odradek.records.columns import RecordColumns
 log = logging.getLogger("odradek.client.consumer")
 
 FETCH_KEY = 1
+YIELD_EVERY_RECORDS = 2048
 LIST_OFFSETS_KEY = 2
 EARLIEST = -2
 LATEST = -1
@@ -69,6 +70,7 @@ class Consumer(GroupConsumer):
         self._data: asyncio.Event | None = None
         self._error: BaseException | None = None
         self._closed = False
+        self._handed = 0      # records handed out since the last poll that yielded to the loop
         self._init_group()
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -230,6 +232,12 @@ class Consumer(GroupConsumer):
 
     async def _take(self, timeout_ms: int, max_records: int | None, columns: bool) -> dict:
         limit = max_records or self.config["max.poll.records"]
+        if self._wake is not None and (self._wake.is_set() or self._handed >= YIELD_EVERY_RECORDS):
+            # Buffered data lets a poll return without suspending; the fetcher task and the socket
+            # reads only run when the loop does: yield once, so the next Fetch goes out and responses
+            # are read while the application works through the buffer.
+            self._handed = 0
+            await asyncio.sleep(0)
         out: dict = {}
         n = 0
         deadline = now_ms() + timeout_ms
@@ -267,6 +275,7 @@ class Consumer(GroupConsumer):
                 n += count
         finally:
             self._poll_ended()
+        self._handed += n
         return out
 
     async def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
