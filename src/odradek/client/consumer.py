@@ -28,7 +28,7 @@ from typing import AsyncIterator, Iterable
 
 from odradek.client.cluster import STALE_METADATA_ERRORS, Cluster, now_ms
 from odradek.client.errors import (
-    BrokerResponseError, IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
+    IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
 from odradek.client.fetcher import (
@@ -36,18 +36,16 @@ from odradek.client.fetcher import (
     to_fetched_batch,
 )
 from odradek.client.consumer_group import GroupConsumer
+from odradek.client.consumer_offsets import OffsetLookups
 from odradek.client.group import consumer_group_config
 from odradek.protocol.error_codes import ErrorCode
-from odradek.protocol.messages import fetch as fm, list_offsets as lo
+from odradek.protocol.messages import fetch as fm
 from odradek.records.columns import RecordColumns
 
 log = logging.getLogger("odradek.client.consumer")
 
 FETCH_KEY = 1
 YIELD_EVERY_RECORDS = 2048
-LIST_OFFSETS_KEY = 2
-EARLIEST = -2
-LATEST = -1
 
 __all__ = ["Consumer", "ConsumerRecord", "FetchedBatch", "OffsetAndTimestamp", "RecordColumns", "TopicPartition"]
 
@@ -56,7 +54,7 @@ def _tp(x) -> TopicPartition:
     return x if isinstance(x, TopicPartition) else TopicPartition(*x)
 
 
-class Consumer(GroupConsumer):
+class Consumer(GroupConsumer, OffsetLookups):
     def __init__(self, config: dict | None = None, **kwargs) -> None:
         self.config = c = consumer_group_config(config, **kwargs)
         self.isolation_level = 1 if c["isolation.level"] == "read_committed" else 0
@@ -200,19 +198,6 @@ class Consumer(GroupConsumer):
 
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, st in self._states.items() if st.paused}
-
-    async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """The earliest offset whose timestamp is >= the given one, per partition (None past the end)."""
-        found = await self._list_offsets({_tp(tp): ts for tp, ts in timestamps.items()})
-        return {tp: (OffsetAndTimestamp(o, t, e) if o >= 0 else None) for tp, (o, t, e) in found.items()}
-
-    async def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
-        found = await self._list_offsets({_tp(tp): EARLIEST for tp in partitions})
-        return {tp: v[0] for tp, v in found.items()}
-
-    async def end_offsets(self, partitions) -> dict[TopicPartition, int]:
-        found = await self._list_offsets({_tp(tp): LATEST for tp in partitions})
-        return {tp: v[0] for tp, v in found.items()}
 
     # ------------------------------------------------------------------------------------ reading
     async def getmany(self, timeout_ms: int = 0, max_records: int | None = None
@@ -549,77 +534,3 @@ class Consumer(GroupConsumer):
                     st.retry_at_ms = now_ms() + backoff
         if got:
             self._data.set()
-
-    # ------------------------------------------------------------------------------------ ListOffsets
-    async def _list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, tuple]:
-        """tp -> (offset, timestamp, leader_epoch) for ListOffsets timestamps (-2 earliest, -1 latest)."""
-        self._check_open()
-        self.cluster.add_topics({tp.topic for tp in wanted})
-        out: dict[TopicPartition, tuple] = {}
-        deadline = now_ms() + self.config["request.timeout.ms"]
-        todo = dict(wanted)
-        while todo:
-            for topic in {tp.topic for tp in todo}:
-                await self.cluster.wait_for_topic(topic, max(deadline - now_ms(), 1))
-            meta = self.cluster.metadata
-            by_node: dict[int, dict[str, list]] = {}
-            for tp, ts in todo.items():
-                leader = meta.leader_for(tp.topic, tp.partition)
-                if leader < 0:
-                    continue
-                by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(lo.ListOffsetsPartition(
-                    partition_index=tp.partition, timestamp=ts,
-                    current_leader_epoch=meta.leader_epoch(tp.topic, tp.partition)))
-            retry = False
-            for node, topics in by_node.items():
-                request = lo.ListOffsetsRequest(
-                    replica_id=-1, isolation_level=self.isolation_level,
-                    timeout_ms=self.config["request.timeout.ms"],
-                    topics=[lo.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
-                try:
-                    response = await self.cluster.request(node, LIST_OFFSETS_KEY, request)
-                except KafkaConnectionError:
-                    self.cluster.request_update()
-                    retry = True
-                    continue
-                for t in response.topics:
-                    for p in t.partitions:
-                        tp = TopicPartition(t.name, p.partition_index)
-                        if tp not in todo:
-                            continue
-                        if p.error_code == 0:
-                            out[tp] = (p.offset, p.timestamp, p.leader_epoch)
-                            del todo[tp]
-                        elif p.error_code in STALE_METADATA_ERRORS or ErrorCode(p.error_code).retriable:
-                            self.cluster.request_update()
-                            retry = True
-                        else:
-                            raise BrokerResponseError(p.error_code, f"ListOffsets {tp}")
-            if todo:
-                if now_ms() >= deadline:
-                    raise KafkaError(f"ListOffsets did not answer for {sorted(todo)} in time")
-                if retry or not by_node:
-                    await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
-                    self.cluster.request_update()
-        return out
-
-    async def _reset_positions(self, states: list[PartitionState]) -> None:
-        wanted = {}
-        for st in states:
-            if st.reset is None:
-                continue
-            if st.reset == "none":
-                self._error = NoOffsetForPartitionError(f"no position for {st.tp} and auto.offset.reset=none")
-                st.reset = None
-                self._data.set()
-                continue
-            wanted[st.tp] = EARLIEST if st.reset == "earliest" else LATEST if st.reset == "latest" else st.reset
-        if not wanted:
-            return
-        epochs = {tp: self._states[tp].epoch for tp in wanted if tp in self._states}
-        found = await self._list_offsets(wanted)
-        for tp, (offset, _, _) in found.items():
-            st = self._states.get(tp)
-            if st is not None and st.epoch == epochs.get(tp) and st.reset is not None:
-                st.seek(offset)
-        self._kick()
