@@ -69,7 +69,8 @@ def _check_args(args) -> None:
 
 class _Output:
     """Writes what a poll returned, as columns (`Consumer.getmany_columns`): with the default format
-    (values only) one join per poll; any other format makes the records and formats them one by one."""
+    (values only) one bytes object per poll (`RecordColumns.joined_values`: no object per record when
+    the values are of one size); any other format makes the records and formats them one by one."""
 
     def __init__(self, args) -> None:
         self.json = args.json
@@ -90,10 +91,7 @@ class _Output:
             if not f.print_value:
                 self.out.write(sep * len(columns))
             else:
-                values = columns.values
-                if None in values:
-                    values = [f.null_literal if v is None else v for v in values]
-                self.out.write(sep.join(values) + sep)
+                self.out.write(columns.joined_values(sep, f.null_literal))
         elif self.json:
             records = records_from_columns(tp, columns)
             self.out.write("".join(json.dumps(record_json(r)) + "\n" for r in records).encode())

@@ -249,7 +249,7 @@ class Consumer(GroupConsumer, OffsetLookups):
                     self._release(cf)
                     self._current = None
                     continue
-                st.position = (got.offsets[-1] if columns else got[-1].offset) + 1
+                st.position = (got.last_offset if columns else got[-1].offset) + 1
                 before = out.get(cf.tp)
                 if before is None:
                     out[cf.tp] = got

@@ -200,3 +200,28 @@ def test_fuzzed_batches_read_the_same_on_every_path():
         else:
             refused += 1
     assert agreed > 100 and refused > 100
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_joined_values_as_the_console_consumer_prints_them(path):
+    uniform = [(i, T0 + i, None, b"%05d" % i, []) for i in range(300)]
+    mixed = random_records(random.Random(9), 200)
+    for recs in (uniform, mixed):
+        c = decode_batches([kafka_python_batch(recs)], use_numpy=PATHS[path])
+        want = b"".join((b"NULL" if v is None else v) + b"\n" for _, _, _, v, _ in recs)
+        assert c.joined_values(b"\n", b"NULL") == want
+        part = c.slice(17, 250)
+        assert part.joined_values(b"--", b"") == b"".join((v or b"") + b"--" for _, _, _, v, _ in recs[17:250])
+        assert part.offsets == list(range(17, min(250, len(recs)))) and part.last_offset == part.offsets[-1]
+
+
+def test_lazy_columns_slice_and_extend_like_lists():
+    recs = random_records(random.Random(4), 500)
+    lazy = decode_batches([kafka_python_batch(recs)], use_numpy=True)
+    eager = decode_batches([kafka_python_batch(recs)], use_numpy=False)
+    a, b = lazy.slice(0, 123), lazy.slice(123, 500)
+    assert a.values == eager.values[:123]          # made on first read, for the slice only
+    a.extend(b)
+    assert (a.offsets, a.timestamps, a.keys, a.values, a.headers) == (
+        eager.offsets, eager.timestamps, eager.keys, eager.values, eager.headers)
+    assert len(a) == 500 and a.last_offset == 499
