@@ -4,6 +4,8 @@
         c.assign([TopicPartition("events", 0), TopicPartition("events", 1)])
         async for record in c:                       # per record
             ...
+        records = await c.getmany(timeout_ms=500)    # {tp: [ConsumerRecord]}, max.poll.records at most
+        columns = await c.getmany_columns()          # {tp: RecordColumns}: lists, no object per record
         async for batch in c.batches():              # whole v2 batches, raw bytes, for bulk readers
             ...
 
@@ -13,11 +15,18 @@ run inside getmany/poll, as Java's consumer runs them inside poll). `commit`, `c
 `committed` use the group's coordinator; with enable.auto.commit the positions handed out are committed
 every auto.commit.interval.ms, on revoke and on close. One fetcher task, owned by
 the consumer (`start()` / `aclose()`), keeps at most one Fetch in flight per broker, for the partitions
-that broker leads and whose previous data has been read (see `fetcher`); it long-polls with
+that broker leads and that have fewer than two responses buffered (see `fetcher`); it long-polls with
 `fetch.min.bytes` and `fetch.max.wait.ms` and bounds responses with `fetch.max.bytes` and
 `max.partition.fetch.bytes`. Positions are reset by ListOffsets: at assignment when unknown and on
 OFFSET_OUT_OF_RANGE, by `auto.offset.reset` (earliest, latest, or none: `OffsetOutOfRangeError`), and on
-`seek_to_beginning` / `seek_to_end`. Errors that say the metadata is stale refresh it and back off.
+`seek_to_beginning` / `seek_to_end` (`consumer_offsets`). Errors that say the metadata is stale refresh
+it and back off.
+
+Reading: each fetched batch is decoded once, in bulk (`odradek.records.columns`), a chunk of batches at
+a time, and every poll hands out the next slice of it, so a record costs the same whatever
+max.poll.records is. A poll that finds data buffered returns without suspending; so that the fetcher
+task and the socket keep going meanwhile, a poll yields to the loop once when the fetcher was woken or
+after every YIELD_EVERY_RECORDS records handed out.
 """
 
 from __future__ import annotations
