@@ -182,7 +182,7 @@ def test_fuzzed_batches_read_the_same_on_every_path():
     r = random.Random(11)
     seeds = [kafka_python_batch(random_records(r, 120)), kafka_python_batch(random_records(r, 100, uniform=True))]
     agreed = refused = 0
-    for i in range(1500):
+    for i in range(700):
         data = bytearray(seeds[i % 2].buf)
         for _ in range(r.randint(1, 4)):
             data[r.randrange(61, len(data))] = r.randrange(256)
@@ -199,7 +199,7 @@ def test_fuzzed_batches_read_the_same_on_every_path():
             agreed += 1
         else:
             refused += 1
-    assert agreed > 100 and refused > 100
+    assert agreed > 50 and refused > 50
 
 
 @pytest.mark.parametrize("path", PATHS)
