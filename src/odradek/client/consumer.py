@@ -37,7 +37,7 @@ from typing import AsyncIterator, Iterable
 
 from odradek.client.cluster import STALE_METADATA_ERRORS, Cluster, now_ms
 from odradek.client.errors import (
-    IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
+    CorruptRecordError, IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
 from odradek.client.fetcher import (
@@ -48,6 +48,7 @@ from odradek.client.consumer_group import GroupConsumer
 from odradek.client.consumer_offsets import OffsetLookups
 from odradek.client.group import consumer_group_config
 from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages import fetch as fm
 from odradek.records.columns import RecordColumns
 
@@ -246,12 +247,17 @@ class Consumer(GroupConsumer, OffsetLookups):
                         break
                     continue
                 st = cf.state
-                if columns:
-                    got = cf.take_columns(st.position, limit - n)
-                    count = len(got) if got is not None else 0
-                else:
-                    got = cf.take_records(st.position, limit - n)
-                    count = len(got)
+                try:
+                    if columns:
+                        got = cf.take_columns(st.position, limit - n)
+                        count = len(got) if got is not None else 0
+                    else:
+                        got = cf.take_records(st.position, limit - n)
+                        count = len(got)
+                except ProtocolError as e:
+                    if n:         # what came before it first; the next poll raises
+                        break
+                    raise CorruptRecordError(f"{cf.tp} after offset {st.position}: {e}") from e
                 if not count:     # this fetch is read: past any control batches at its end
                     if cf.next_offset > st.position:
                         st.position = cf.next_offset
@@ -306,7 +312,12 @@ class Consumer(GroupConsumer, OffsetLookups):
                         break
                     continue
                 st = cf.state
-                entry = cf.take_batch(st.position)
+                try:
+                    entry = cf.take_batch(st.position)
+                except ProtocolError as e:
+                    if out:
+                        break
+                    raise CorruptRecordError(f"{cf.tp} after offset {st.position}: {e}") from e
                 if entry is None:
                     if cf.next_offset > st.position:
                         st.position = cf.next_offset
@@ -515,8 +526,14 @@ class Consumer(GroupConsumer, OffsetLookups):
                     st.last_stable_offset = p.last_stable_offset
                     st.log_start_offset = p.log_start_offset
                     if p.records is not None and len(p.records):
-                        cf = CompletedFetch(st, p.records, offset, p.high_watermark, p.aborted_transactions,
-                                            self.isolation_level == 1, self.config["check.crcs"])
+                        try:
+                            cf = CompletedFetch(st, p.records, offset, p.high_watermark, p.aborted_transactions,
+                                                self.isolation_level == 1, self.config["check.crcs"])
+                        except ProtocolError as e:   # records that do not frame: tell the application, retry
+                            self._error = KafkaError(f"{st.tp}: fetch at offset {offset} returned corrupt records: {e}")
+                            st.retry_at_ms = now_ms() + backoff
+                            got = True
+                            continue
                         end = cf.scan_end()
                         if end > offset:
                             st.fetch_offset = end

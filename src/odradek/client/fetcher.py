@@ -187,13 +187,18 @@ class CompletedFetch:
 
     def next_batch(self):
         """The next readable entry (RecordBatch or LegacyBatch), or None when done: control batches,
-        aborted batches and batches wholly before the fetch offset are skipped."""
+        aborted batches and batches wholly before the fetch offset are skipped. A batch failing its CRC
+        (check.crcs) raises ProtocolError here, every time, as Kafka's consumer does: the place is not
+        moved past it, so the application decides (seek past it, or stop)."""
         entries = self._entries
         while self._index < len(entries):
             entry = entries[self._index]
-            self._index += 1
             if entry.next_offset <= self.next_offset:
+                self._index += 1
                 continue
+            if self.check_crcs:
+                entry.ensure_valid()
+            self._index += 1
             self.next_offset = entry.next_offset
             pid = getattr(entry, "producer_id", -1)
             if self.read_committed and pid >= 0:
@@ -207,8 +212,6 @@ class CompletedFetch:
                     continue
             if entry.is_control:
                 continue
-            if self.check_crcs:
-                entry.ensure_valid()
             return entry
         return None
 
@@ -254,7 +257,12 @@ class CompletedFetch:
             n = sum(e.records_count if isinstance(e, RecordBatch) else 1 for e in entries)
             size = sum(e.size for e in entries)
             while n < DECODE_CHUNK_RECORDS and size < DECODE_CHUNK_BYTES:
-                entry = self.next_batch()
+                try:
+                    entry = self.next_batch()
+                except ProtocolError:
+                    if entries:   # hand out the records before a corrupt batch first; it raises next
+                        break
+                    raise
                 if entry is None:
                     break
                 entries.append(entry)

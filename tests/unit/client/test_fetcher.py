@@ -18,6 +18,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from odradek.client.consumer import Consumer
+from odradek.client.errors import CorruptRecordError
 from odradek.client.fetcher import (
     MAX_BUFFERED_FETCHES, CompletedFetch, ConsumerRecord, PartitionState, TopicPartition, records_of,
     to_fetched_batch,
@@ -115,6 +116,32 @@ def test_corrupt_batch_fails_its_crc_when_read():
     data[-1] ^= 0xFF
     with pytest.raises(ProtocolError):
         completed(bytes(data), 0).take_records(0, 10)
+
+
+@pytest.mark.parametrize("limit", [1, 7, 500])
+def test_records_before_a_corrupt_batch_then_an_error_until_seek(limit):
+    """As Kafka's consumer: what precedes the corrupt batch is handed out, then every poll raises
+    CorruptRecordError and the position stays; a seek past the batch goes on."""
+    bad = bytearray(batch(40, 10))
+    bad[-1] ^= 0xFF
+    data = batch(0, 40) + bytes(bad) + batch(50, 10)
+
+    async def main():
+        f = FakeFetches()
+        f.seek(0)
+        f.respond(data, 60)
+        got = []
+        while len(got) < 40:
+            got += await f.poll(limit)
+        assert [r.offset for r in got] == list(range(40))
+        for _ in range(2):
+            with pytest.raises(CorruptRecordError):
+                await f.poll(limit)
+            assert f.st.position == 40
+        f.seek(50)
+        got = await read_all(f, [(data, 60)], limit)
+        assert [r.offset for r in got] == list(range(50, 60))
+    asyncio.run(main())
 
 
 def test_legacy_entries_keep_their_place_between_v2_batches():
