@@ -271,7 +271,11 @@ class CompletedFetch:
             if not entries:
                 break
             chunk += entries
-            out = _joined(out, _decode(self.tp, entries, position))
+            try:
+                out = _joined(out, _decode(self.tp, entries, position))
+            except ProtocolError:   # keep the batches: the next call decodes (and refuses) them again
+                self._chunk, self._chunk_index, self._decoded, self._cursor = chunk, 0, None, 0
+                raise
         self._chunk = chunk
         self._chunk_index = 0
         self._decoded = out if out is not None and len(out) else None

@@ -144,6 +144,19 @@ def test_records_before_a_corrupt_batch_then_an_error_until_seek(limit):
     asyncio.run(main())
 
 
+def test_malformed_records_with_a_good_crc_are_refused_every_time():
+    b = RecordBatchBuilder(base_offset=5)
+    b.append(None, b"x" * 10, timestamp=T0)
+    data = bytearray(b.build())
+    data[61] = 0x7F          # record length past the batch; CRC recomputed so only the parser notices
+    from crc32c import crc32c
+    data[17:21] = crc32c(bytes(data[21:])).to_bytes(4, "big")
+    cf = completed(batch(0, 5) + bytes(data), 0)
+    for _ in range(2):
+        with pytest.raises(ProtocolError):
+            cf.take_records(0, 100)
+
+
 def test_legacy_entries_keep_their_place_between_v2_batches():
     legacy = LegacyRecordBatchBuilder(magic=1, compression_type=GZIP, batch_size=1 << 30)
     for i in range(3):
