@@ -30,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from brokers import Broker, default_command, install_cleanup  # noqa: E402
 
+from odradek.records.varint import encode_uvarint as uvarint, encode_varlong as varint  # noqa: E402
+
 TARGET_MS = 250.0
 QUIET = {"log_level": 3}
 
@@ -43,19 +45,6 @@ def frame(api_key: int, version: int, body: bytes, cid: int = 1, client: bytes =
 def s16(text: str) -> bytes:
     b = text.encode()
     return struct.pack(">h", len(b)) + b
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def varint(n: int) -> bytes:
-    return uvarint((n << 1) ^ (n >> 63))
 
 
 def connect(port: int) -> socket.socket:

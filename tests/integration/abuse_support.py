@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .clients import (
     Msg, api_versions_ok, connect, consume_aiokafka, consume_confluent, consume_kafka_python,
@@ -92,3 +92,35 @@ def assert_all_read_back(bootstrap: str, topic: str, expected: list[bytes]) -> N
                           ("aiokafka", consume_aiokafka)):
         got = [r.value for r in consume(bootstrap, topic, (0,))]
         assert got == expected, f"{name} read {len(got)} records, expected {len(expected)}"
+
+
+def answered_during(host: str, port: int, action: Callable[[], object]) -> int:
+    """Run `action()`, and return how many ApiVersions another connection had answered while it was
+    still running (back to back). More than zero means the broker kept serving others meanwhile: a
+    request held on the loop would answer them only after the action's own response."""
+    sock = connect(host, port)
+    running = threading.Event()
+    running.set()
+    answered = []
+    failures = []
+
+    def probe() -> None:
+        cid = 0
+        while running.is_set():
+            cid += 1
+            if not api_versions_ok(sock, cid, timeout=60.0):
+                failures.append(cid)
+                return
+            if running.is_set():
+                answered.append(cid)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    try:
+        action()
+    finally:
+        running.clear()
+        prober.join(60)
+        sock.close()
+    assert not failures, f"ApiVersions {failures} not answered"
+    return len(answered)

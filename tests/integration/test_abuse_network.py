@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from odradek.records.varint import encode_uvarint as uvarint
+
 from .abuse_support import assert_all_read_back, assert_rss_bounded, pinging, three_client_round_trip
 from .clients import api_versions_ok, api_versions_v0, closed_by_peer, connect, request_frame, wait_until
 
@@ -37,15 +39,6 @@ def after_abuse(broker, before, tag: str) -> None:
     assert broker.running, "the broker died"
     values += three_client_round_trip(broker.bootstrap, topic, tag)
     assert_all_read_back(broker.bootstrap, topic, values)
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def test_announced_sizes_are_not_allocated(broker, before):

@@ -239,7 +239,7 @@ def test_sync_facade(broker):
         got = []
         while len(got) < 20:
             got += c.poll(timeout_ms=1000)
-        assert [(r.value, r.headers) for r in got] == [(f"v{i}".encode(), [("h", b"1")]) for i in range(20)]
+        assert [(r.value, r.headers) for r in got] == [(f"v{i}".encode(), (("h", b"1"),)) for i in range(20)]
         assert c.position((topic, 2)) == 20
         c.seek((topic, 2), 0)
         batches = c.fetch_batches(timeout_ms=2000)

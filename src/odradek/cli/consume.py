@@ -68,19 +68,35 @@ def _check_args(args) -> None:
 
 
 class _Output:
+    """Writes what a poll returned, as columns (`Consumer.getmany_columns`): with the default format
+    (values only) one bytes object per poll (`RecordColumns.joined_values`: no object per record when
+    the values are of one size); any other format makes the records and formats them one by one."""
+
     def __init__(self, args) -> None:
         self.json = args.json
         try:
-            self.formatter = RecordFormatter.from_properties(parse_key_values(args.property, "--property"))
+            self.formatter = f = RecordFormatter.from_properties(parse_key_values(args.property, "--property"))
         except FormatError as e:
             raise CliError(str(e), 2) from None
+        self.values_only = not (self.json or f.print_timestamp or f.print_partition or f.print_offset
+                                or f.print_headers or f.print_key)
         self.out = sys.stdout.buffer
 
-    def write(self, records) -> None:
-        if self.json:
+    def write(self, tp, columns) -> None:
+        from odradek.client.fetcher import records_from_columns
+
+        f = self.formatter
+        if self.values_only:
+            sep = f.line_separator
+            if not f.print_value:
+                self.out.write(sep * len(columns))
+            else:
+                self.out.write(columns.joined_values(sep, f.null_literal))
+        elif self.json:
+            records = records_from_columns(tp, columns)
             self.out.write("".join(json.dumps(record_json(r)) + "\n" for r in records).encode())
         else:
-            self.out.write(b"".join(self.formatter.format(r) for r in records))
+            self.out.write(b"".join(map(f.format, records_from_columns(tp, columns))))
         self.out.flush()
 
 
@@ -156,18 +172,17 @@ async def _loop(args, consumer, output, stop, joining=None) -> int:
             if idle_left <= 0:
                 break
             wait_ms = int(min(wait_ms, idle_left)) or 1
-        poll = asyncio.ensure_future(consumer.poll(timeout_ms=wait_ms, max_records=left))
+        poll = asyncio.ensure_future(consumer.getmany_columns(timeout_ms=wait_ms, max_records=left))
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait([poll, stopped], return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
         if not poll.done():
             poll.cancel()
             break
-        records = poll.result()
-        if records:
+        for tp, columns in poll.result().items():
             last_record = time.monotonic()
-            output.write(records)
-            printed += len(records)
+            output.write(tp, columns)
+            printed += len(columns)
         if left is not None and printed >= args.max_messages:
             break
     return printed

@@ -7,7 +7,8 @@ Kafka-compatible broker. Config names and defaults are Kafka's (`config`).
 - `network.BrokerConnection`: the asyncio shell (connect, send -> future of the response, close)
 - `cluster.Cluster`: bootstrap, metadata cache, one connection per broker
 - `producer.Producer`: batching, murmur2/sticky partitioning, compression, retries, idempotence
-- `consumer.Consumer`: assign, seek, offsets_for_times, pause/resume, per-record and per-batch reads
+- `consumer.Consumer`: assign, seek, offsets_for_times, pause/resume; reads per record (`getmany`, each
+  batch decoded once in bulk), as columns (`getmany_columns`) and per batch (`fetch_batches`)
 - `admin.Admin`: the admin APIs (topics, partitions, configs, cluster, log dirs, records, groups)
 - `sync.Producer`, `sync.Consumer`, `sync.Admin`: the same from plain threads
 """
@@ -21,6 +22,7 @@ from odradek.client.errors import (
     OffsetOutOfRangeError,
 )
 from odradek.client.fetcher import ConsumerRecord, FetchedBatch, OffsetAndTimestamp, TopicPartition
+from odradek.records.columns import RecordColumns
 from odradek.client.partitioner import DefaultPartitioner, murmur2, partition_for_key, to_positive
 from odradek.client.producer import Producer
 
@@ -28,6 +30,7 @@ __all__ = [
     "Admin", "AdminError", "ConfigResource", "NewTopic",
     "BrokerResponseError", "BufferFullError", "ConfigError", "Consumer", "ConsumerRecord", "DefaultPartitioner",
     "DeliveryFuture", "FetchedBatch", "KafkaConnectionError", "KafkaError", "KafkaTimeoutError",
-    "OffsetAndTimestamp", "OffsetOutOfRangeError", "Producer", "RecordMetadata", "TopicPartition", "murmur2",
+    "OffsetAndTimestamp", "OffsetOutOfRangeError", "Producer", "RecordColumns", "RecordMetadata", "TopicPartition",
+    "murmur2",
     "partition_for_key", "to_positive",
 ]

@@ -143,10 +143,13 @@ class Cluster:
         self._need_update = True
 
     def add_topics(self, topics) -> None:
+        """Track more topics; a new one may be fetched at once, without retry.backoff.ms (as Java's
+        Metadata.requestUpdateForNewTopics: the backoff is for failures, not for new topics)."""
         new = set(topics) - self.topics
         if new:
             self.topics |= new
             self._need_update = True
+            self._last_attempt_ms = -1e18
 
     def stale(self) -> bool:
         age = now_ms() - self.metadata.last_refresh_ms
@@ -203,6 +206,16 @@ class Cluster:
             left = deadline - now_ms()
             if left <= 0:
                 raise KafkaTimeoutError(f"topic {topic} not in the metadata after {timeout_ms} ms")
+            if self._refresh_lock.locked():
+                # A refresh is in flight (another waiter's): its answer may hold the topic; wait for
+                # it rather than for retry.backoff.ms after its start.
+                try:
+                    async with asyncio.timeout(left / 1000):
+                        async with self._refresh_lock:
+                            pass
+                except TimeoutError:
+                    pass
+                continue
             self._need_update = True
             wait = max(0.0, self.config["retry.backoff.ms"] - (now_ms() - self._last_attempt_ms))
             if wait:

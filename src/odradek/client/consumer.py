@@ -4,6 +4,8 @@
         c.assign([TopicPartition("events", 0), TopicPartition("events", 1)])
         async for record in c:                       # per record
             ...
+        records = await c.getmany(timeout_ms=500)    # {tp: [ConsumerRecord]}, max.poll.records at most
+        columns = await c.getmany_columns()          # {tp: RecordColumns}: lists, no object per record
         async for batch in c.batches():              # whole v2 batches, raw bytes, for bulk readers
             ...
 
@@ -13,11 +15,18 @@ run inside getmany/poll, as Java's consumer runs them inside poll). `commit`, `c
 `committed` use the group's coordinator; with enable.auto.commit the positions handed out are committed
 every auto.commit.interval.ms, on revoke and on close. One fetcher task, owned by
 the consumer (`start()` / `aclose()`), keeps at most one Fetch in flight per broker, for the partitions
-that broker leads and whose previous data has been read (see `fetcher`); it long-polls with
+that broker leads and that have fewer than two responses buffered (see `fetcher`); it long-polls with
 `fetch.min.bytes` and `fetch.max.wait.ms` and bounds responses with `fetch.max.bytes` and
 `max.partition.fetch.bytes`. Positions are reset by ListOffsets: at assignment when unknown and on
 OFFSET_OUT_OF_RANGE, by `auto.offset.reset` (earliest, latest, or none: `OffsetOutOfRangeError`), and on
-`seek_to_beginning` / `seek_to_end`. Errors that say the metadata is stale refresh it and back off.
+`seek_to_beginning` / `seek_to_end` (`consumer_offsets`). Errors that say the metadata is stale refresh
+it and back off.
+
+Reading: each fetched batch is decoded once, in bulk (`odradek.records.columns`), a chunk of batches at
+a time, and every poll hands out the next slice of it, so a record costs the same whatever
+max.poll.records is. A poll that finds data buffered returns without suspending; so that the fetcher
+task and the socket keep going meanwhile, a poll yields to the loop once when the fetcher was woken or
+after every YIELD_EVERY_RECORDS records handed out.
 """
 
 from __future__ import annotations
@@ -28,33 +37,34 @@ from typing import AsyncIterator, Iterable
 
 from odradek.client.cluster import STALE_METADATA_ERRORS, Cluster, now_ms
 from odradek.client.errors import (
-    BrokerResponseError, IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
+    CorruptRecordError, IllegalStateError, KafkaConnectionError, KafkaError, NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
 from odradek.client.fetcher import (
     CompletedFetch, ConsumerRecord, FetchedBatch, OffsetAndTimestamp, PartitionState, TopicPartition,
-    records_of, to_fetched_batch,
+    to_fetched_batch,
 )
 from odradek.client.consumer_group import GroupConsumer
+from odradek.client.consumer_offsets import OffsetLookups
 from odradek.client.group import consumer_group_config
 from odradek.protocol.error_codes import ErrorCode
-from odradek.protocol.messages import fetch as fm, list_offsets as lo
+from odradek.protocol.exceptions import ProtocolError
+from odradek.protocol.messages import fetch as fm
+from odradek.records.columns import RecordColumns
 
 log = logging.getLogger("odradek.client.consumer")
 
 FETCH_KEY = 1
-LIST_OFFSETS_KEY = 2
-EARLIEST = -2
-LATEST = -1
+YIELD_EVERY_RECORDS = 2048
 
-__all__ = ["Consumer", "ConsumerRecord", "FetchedBatch", "OffsetAndTimestamp", "TopicPartition"]
+__all__ = ["Consumer", "ConsumerRecord", "FetchedBatch", "OffsetAndTimestamp", "RecordColumns", "TopicPartition"]
 
 
 def _tp(x) -> TopicPartition:
     return x if isinstance(x, TopicPartition) else TopicPartition(*x)
 
 
-class Consumer(GroupConsumer):
+class Consumer(GroupConsumer, OffsetLookups):
     def __init__(self, config: dict | None = None, **kwargs) -> None:
         self.config = c = consumer_group_config(config, **kwargs)
         self.isolation_level = 1 if c["isolation.level"] == "read_committed" else 0
@@ -68,6 +78,7 @@ class Consumer(GroupConsumer):
         self._data: asyncio.Event | None = None
         self._error: BaseException | None = None
         self._closed = False
+        self._handed = 0      # records handed out since the last poll that yielded to the loop
         self._init_group()
 
     # ------------------------------------------------------------------------------------ lifecycle
@@ -198,25 +209,31 @@ class Consumer(GroupConsumer):
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, st in self._states.items() if st.paused}
 
-    async def offsets_for_times(self, timestamps: dict) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """The earliest offset whose timestamp is >= the given one, per partition (None past the end)."""
-        found = await self._list_offsets({_tp(tp): ts for tp, ts in timestamps.items()})
-        return {tp: (OffsetAndTimestamp(o, t, e) if o >= 0 else None) for tp, (o, t, e) in found.items()}
-
-    async def beginning_offsets(self, partitions) -> dict[TopicPartition, int]:
-        found = await self._list_offsets({_tp(tp): EARLIEST for tp in partitions})
-        return {tp: v[0] for tp, v in found.items()}
-
-    async def end_offsets(self, partitions) -> dict[TopicPartition, int]:
-        found = await self._list_offsets({_tp(tp): LATEST for tp in partitions})
-        return {tp: v[0] for tp, v in found.items()}
-
     # ------------------------------------------------------------------------------------ reading
     async def getmany(self, timeout_ms: int = 0, max_records: int | None = None
                       ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records by partition, waiting up to timeout_ms for the first; at most max.poll.records."""
+        """Records by partition, waiting up to timeout_ms for the first; at most max.poll.records.
+
+        Each fetched batch is decoded once (`CompletedFetch.take_records`); a poll takes the next slice
+        of the decoded records, so the cost per record does not depend on max_records."""
+        return await self._take(timeout_ms, max_records, False)
+
+    async def getmany_columns(self, timeout_ms: int = 0, max_records: int | None = None
+                              ) -> dict[TopicPartition, RecordColumns]:
+        """`getmany` in bulk: per partition, the records as columns (offsets, timestamps,
+        timestamp_types, keys, values, headers: parallel lists), without a record object each.
+        Positions, commits and max.poll.records work as with getmany."""
+        return await self._take(timeout_ms, max_records, True)
+
+    async def _take(self, timeout_ms: int, max_records: int | None, columns: bool) -> dict:
         limit = max_records or self.config["max.poll.records"]
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        if self._wake is not None and (self._wake.is_set() or self._handed >= YIELD_EVERY_RECORDS):
+            # Buffered data lets a poll return without suspending; the fetcher task and the socket
+            # reads only run when the loop does: yield once, so the next Fetch goes out and responses
+            # are read while the application works through the buffer.
+            self._handed = 0
+            await asyncio.sleep(0)
+        out: dict = {}
         n = 0
         deadline = now_ms() + timeout_ms
         self._poll_started()
@@ -224,32 +241,51 @@ class Consumer(GroupConsumer):
             while n < limit:
                 if not n:
                     await self._group_poll()
-                item = self._next_entry()
-                if item is None:
+                cf = self._next_fetch()
+                if cf is None:
                     if n or not await self._wait_data(deadline):
                         break
                     continue
-                n += self._take_records(item, limit - n, out)
+                st = cf.state
+                try:
+                    if columns:
+                        got = cf.take_columns(st.position, limit - n)
+                        count = len(got) if got is not None else 0
+                    else:
+                        got = cf.take_records(st.position, limit - n)
+                        count = len(got)
+                except ProtocolError as e:
+                    if n:         # what came before it first; the next poll raises
+                        break
+                    raise CorruptRecordError(f"{cf.tp} after offset {st.position}: {e}") from e
+                if not count:     # this fetch is read: past any control batches at its end
+                    if cf.next_offset > st.position:
+                        st.position = cf.next_offset
+                    self._release(cf)
+                    self._current = None
+                    continue
+                st.position = (got.last_offset if columns else got[-1].offset) + 1
+                before = out.get(cf.tp)
+                if before is None:
+                    out[cf.tp] = got
+                elif columns:
+                    before.extend(got)
+                else:
+                    before += got
+                n += count
         finally:
             self._poll_ended()
+        self._handed += n
         return out
 
-    @staticmethod
-    def _take_records(item, room: int, out: dict) -> int:
-        cf, entry, first = item
-        records = records_of(cf.tp, entry, first, False)
-        if len(records) > room:     # hand out part of the batch; the rest comes next time
-            records = records[:room]
-            cf.state.position = records[-1].offset + 1
-            cf.pending = entry
-        if records:
-            out.setdefault(cf.tp, []).extend(records)
-        return len(records)
-
     async def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
+        by_tp = await self.getmany(timeout_ms, max_records)
+        if len(by_tp) == 1:
+            for records in by_tp.values():
+                return records
         out: list[ConsumerRecord] = []
-        for records in (await self.getmany(timeout_ms, max_records)).values():
-            out.extend(records)
+        for records in by_tp.values():
+            out += records
         return out
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
@@ -270,14 +306,26 @@ class Consumer(GroupConsumer):
             while len(out) < max_batches:
                 if not out:
                     await self._group_poll()
-                item = self._next_entry()
-                if item is None:
+                cf = self._next_fetch()
+                if cf is None:
                     if out or not await self._wait_data(deadline):
                         break
                     continue
-                cf, entry, first = item
-                fb = to_fetched_batch(cf.tp, entry, first, cf.high_watermark)
-                cf.state.position = fb.next_offset
+                st = cf.state
+                try:
+                    entry = cf.take_batch(st.position)
+                except ProtocolError as e:
+                    if out:
+                        break
+                    raise CorruptRecordError(f"{cf.tp} after offset {st.position}: {e}") from e
+                if entry is None:
+                    if cf.next_offset > st.position:
+                        st.position = cf.next_offset
+                    self._release(cf)
+                    self._current = None
+                    continue
+                fb = to_fetched_batch(cf.tp, entry, st.position, cf.high_watermark)
+                st.position = fb.next_offset
                 out.append(fb)
         finally:
             self._poll_ended()
@@ -293,9 +341,9 @@ class Consumer(GroupConsumer):
             for b in got:
                 yield b
 
-    def _next_entry(self):
-        """(completed fetch, batch, first offset to hand out) of the next readable batch, advancing
-        the partition's position past it; None when nothing readable is buffered."""
+    def _next_fetch(self) -> CompletedFetch | None:
+        """The buffered fetch to read next (still current: not seeked, reset, unassigned or paused
+        since it was fetched), or None."""
         self._raise_error()
         while True:
             cf = self._current
@@ -313,20 +361,7 @@ class Consumer(GroupConsumer):
                 self._completed.insert(0, cf)
                 self._current = None
                 continue
-            entry = cf.pending
-            if entry is not None:
-                cf.pending = None
-            else:
-                entry = cf.next_batch()
-            if entry is None:
-                if st.position is not None and cf.next_offset > st.position:
-                    st.position = cf.next_offset   # skipped control or aborted batches
-                self._release(cf)
-                self._current = None
-                continue
-            first = st.position
-            st.position = entry.next_offset
-            return cf, entry, first
+            return cf
 
     def _pop_completed(self) -> CompletedFetch | None:
         """The oldest buffered fetch that is not paused (stale ones are dropped on the way)."""
@@ -491,8 +526,14 @@ class Consumer(GroupConsumer):
                     st.last_stable_offset = p.last_stable_offset
                     st.log_start_offset = p.log_start_offset
                     if p.records is not None and len(p.records):
-                        cf = CompletedFetch(st, p.records, offset, p.high_watermark, p.aborted_transactions,
-                                            self.isolation_level == 1, self.config["check.crcs"])
+                        try:
+                            cf = CompletedFetch(st, p.records, offset, p.high_watermark, p.aborted_transactions,
+                                                self.isolation_level == 1, self.config["check.crcs"])
+                        except ProtocolError as e:   # records that do not frame: tell the application, retry
+                            self._error = KafkaError(f"{st.tp}: fetch at offset {offset} returned corrupt records: {e}")
+                            st.retry_at_ms = now_ms() + backoff
+                            got = True
+                            continue
                         end = cf.scan_end()
                         if end > offset:
                             st.fetch_offset = end
@@ -519,77 +560,3 @@ class Consumer(GroupConsumer):
                     st.retry_at_ms = now_ms() + backoff
         if got:
             self._data.set()
-
-    # ------------------------------------------------------------------------------------ ListOffsets
-    async def _list_offsets(self, wanted: dict[TopicPartition, int]) -> dict[TopicPartition, tuple]:
-        """tp -> (offset, timestamp, leader_epoch) for ListOffsets timestamps (-2 earliest, -1 latest)."""
-        self._check_open()
-        self.cluster.add_topics({tp.topic for tp in wanted})
-        out: dict[TopicPartition, tuple] = {}
-        deadline = now_ms() + self.config["request.timeout.ms"]
-        todo = dict(wanted)
-        while todo:
-            for topic in {tp.topic for tp in todo}:
-                await self.cluster.wait_for_topic(topic, max(deadline - now_ms(), 1))
-            meta = self.cluster.metadata
-            by_node: dict[int, dict[str, list]] = {}
-            for tp, ts in todo.items():
-                leader = meta.leader_for(tp.topic, tp.partition)
-                if leader < 0:
-                    continue
-                by_node.setdefault(leader, {}).setdefault(tp.topic, []).append(lo.ListOffsetsPartition(
-                    partition_index=tp.partition, timestamp=ts,
-                    current_leader_epoch=meta.leader_epoch(tp.topic, tp.partition)))
-            retry = False
-            for node, topics in by_node.items():
-                request = lo.ListOffsetsRequest(
-                    replica_id=-1, isolation_level=self.isolation_level,
-                    timeout_ms=self.config["request.timeout.ms"],
-                    topics=[lo.ListOffsetsTopic(name=t, partitions=ps) for t, ps in topics.items()])
-                try:
-                    response = await self.cluster.request(node, LIST_OFFSETS_KEY, request)
-                except KafkaConnectionError:
-                    self.cluster.request_update()
-                    retry = True
-                    continue
-                for t in response.topics:
-                    for p in t.partitions:
-                        tp = TopicPartition(t.name, p.partition_index)
-                        if tp not in todo:
-                            continue
-                        if p.error_code == 0:
-                            out[tp] = (p.offset, p.timestamp, p.leader_epoch)
-                            del todo[tp]
-                        elif p.error_code in STALE_METADATA_ERRORS or ErrorCode(p.error_code).retriable:
-                            self.cluster.request_update()
-                            retry = True
-                        else:
-                            raise BrokerResponseError(p.error_code, f"ListOffsets {tp}")
-            if todo:
-                if now_ms() >= deadline:
-                    raise KafkaError(f"ListOffsets did not answer for {sorted(todo)} in time")
-                if retry or not by_node:
-                    await asyncio.sleep(self.config["retry.backoff.ms"] / 1000)
-                    self.cluster.request_update()
-        return out
-
-    async def _reset_positions(self, states: list[PartitionState]) -> None:
-        wanted = {}
-        for st in states:
-            if st.reset is None:
-                continue
-            if st.reset == "none":
-                self._error = NoOffsetForPartitionError(f"no position for {st.tp} and auto.offset.reset=none")
-                st.reset = None
-                self._data.set()
-                continue
-            wanted[st.tp] = EARLIEST if st.reset == "earliest" else LATEST if st.reset == "latest" else st.reset
-        if not wanted:
-            return
-        epochs = {tp: self._states[tp].epoch for tp in wanted if tp in self._states}
-        found = await self._list_offsets(wanted)
-        for tp, (offset, _, _) in found.items():
-            st = self._states.get(tp)
-            if st is not None and st.epoch == epochs.get(tp) and st.reset is not None:
-                st.seek(offset)
-        self._kick()

@@ -54,6 +54,13 @@ class BufferFullError(KafkaError):
     """`send_nowait` found `buffer.memory` exhausted (the async `send` waits instead)."""
 
 
+class CorruptRecordError(KafkaError):
+    """A fetched record batch fails its CRC or does not parse; the position stays before it (seek past
+    it to go on), as Kafka's consumer does."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
 class OffsetOutOfRangeError(KafkaError):
     """A fetch position is outside the log and `auto.offset.reset` is `none`."""
 

@@ -3,32 +3,38 @@ background thread that the facade object owns (started in the constructor, stopp
 leaving a `with` block).
 
     with Producer({"bootstrap.servers": "localhost:9092"}) as p:
-        p.send("events", b"v", key=b"k").result()          # a concurrent.futures.Future
+        p.send("events", b"v", key=b"k").result()          # RecordFuture: concurrent.futures' methods
         p.flush()
 
     with Consumer({"bootstrap.servers": "localhost:9092", "auto.offset.reset": "earliest"}) as c:
         c.assign([("events", 0)])
         for record in c.poll(timeout_ms=1000): ...
 
-Every call crosses to the loop thread and waits for its answer, so a `send` costs a thread round trip;
-use the asyncio `Producer` for throughput. `on_delivery` callbacks run on the loop thread.
+Every call crosses to the loop thread and waits for its answer, except `Producer.send`, which queues
+the record for the loop thread and returns a `RecordFuture` at once (its errors come through that
+future). A consumer poll is one crossing for up to max.poll.records records, decoded in bulk on the loop
+thread. `on_delivery` callbacks run on the loop thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
 from typing import Iterator
 
 from odradek.client.admin import ADMIN_CALLS, Admin as AsyncAdmin
 from odradek.client.batch import RecordMetadata
-from odradek.client.consumer import Consumer as AsyncConsumer
+from odradek.client.consumer import Consumer as AsyncConsumer, RecordColumns
 from odradek.client.fetcher import ConsumerRecord, FetchedBatch, OffsetAndTimestamp, TopicPartition
-from odradek.client.producer import Producer as AsyncProducer
+from odradek.client.errors import BufferFullError, IllegalStateError
+from odradek.client.producer import Producer as AsyncProducer, _NoMetadata
 
-__all__ = ["Admin", "Producer", "Consumer", "RecordMetadata", "ConsumerRecord", "FetchedBatch", "TopicPartition",
-           "OffsetAndTimestamp"]
+__all__ = ["Admin", "Producer", "Consumer", "RecordMetadata", "RecordFuture", "ConsumerRecord", "FetchedBatch",
+           "TopicPartition", "OffsetAndTimestamp", "RecordColumns"]
+
+MAX_QUEUED_RECORDS = 16384    # records a sync send may queue ahead of the loop thread
 
 
 class _LoopThread:
@@ -92,35 +98,144 @@ class _Facade:
 
 
 class Producer(_Facade):
+    """`send` queues the record for the loop thread and returns at once: no thread round trip per
+    record. The loop thread hands queued records to the asyncio producer in order (waiting there, up
+    to max.block.ms, only for metadata or buffer.memory); at most MAX_QUEUED_RECORDS wait in the queue,
+    beyond which `send` blocks until the loop thread has caught up."""
+
     def __init__(self, config: dict | None = None, **kwargs) -> None:
         super().__init__(AsyncProducer(config, **kwargs), "odradek-producer-loop")
-
-    def _aclose(self, timeout):
-        return self._inner.aclose(timeout)
+        self._queue: collections.deque = collections.deque()
+        self._idle = True                    # no drain scheduled or running
+        self._drain_task: asyncio.Task | None = None
+        self._room = threading.Event()       # set when the queue has room again
+        self._room.set()
 
     def send(self, topic: str, value=None, key=None, *, partition: int | None = None,
-             timestamp_ms: int | None = None, headers=None, on_delivery=None) -> concurrent.futures.Future:
-        """Buffer a record (blocking at most max.block.ms); a Future of its RecordMetadata."""
-        async def send():
-            df = await self._inner.send(topic, value, key, partition=partition, timestamp_ms=timestamp_ms,
-                                        headers=headers, on_delivery=on_delivery)
-            out: concurrent.futures.Future = concurrent.futures.Future()
+             timestamp_ms: int | None = None, headers=None, on_delivery=None) -> "RecordFuture":
+        """Queue a record; a future of its RecordMetadata (errors, such as a record too large or
+        max.block.ms passing, are raised by that future, as the Java client reports them)."""
+        if self._closed:
+            raise IllegalStateError("producer is closed")
+        f = RecordFuture(self)
+        q = self._queue
+        q.append((f, topic, value, key, partition, timestamp_ms, headers, on_delivery))
+        if self._idle:
+            self._idle = False
+            self._lt.loop.call_soon_threadsafe(self._start_drain)
+        if len(q) >= MAX_QUEUED_RECORDS:
+            self._room.clear()
+            if len(q) >= MAX_QUEUED_RECORDS:   # the loop thread may have caught up meanwhile
+                self._room.wait()
+        return f
 
-            def done(d) -> None:
-                e = d.exception()
-                if e is not None:
-                    out.set_exception(e)
-                else:
-                    out.set_result(d.result())
-            df.add_done_callback(done)
-            return out
-        return self._lt.run(send())
+    def _start_drain(self) -> None:
+        if self._drain_task is None or self._drain_task.done():
+            self._drain_task = self._lt.loop.create_task(self._drain(), name="odradek-sync-producer-drain")
+
+    async def _drain(self) -> None:
+        """Hand queued records to the producer, in order (runs on the loop thread)."""
+        inner = self._inner
+        q = self._queue
+        while True:
+            while q:
+                f, topic, value, key, partition, timestamp_ms, headers, on_delivery = q.popleft()
+                try:
+                    try:
+                        f._delivery = inner.send_nowait(topic, value, key, partition=partition,
+                                                        timestamp_ms=timestamp_ms, headers=headers,
+                                                        on_delivery=on_delivery)
+                    except (BufferFullError, _NoMetadata):
+                        f._delivery = await inner.send(topic, value, key, partition=partition,
+                                                       timestamp_ms=timestamp_ms, headers=headers,
+                                                       on_delivery=on_delivery)
+                except Exception as e:   # this record's failure, reported by its future
+                    f._error = e
+                f._handed = True
+                if inner._batch_full:    # let the sender ship the full batch, as send() does
+                    inner._batch_full = False
+                    await asyncio.sleep(0)
+                if not self._room.is_set() and len(q) < MAX_QUEUED_RECORDS // 2:
+                    self._room.set()
+            self._room.set()
+            self._idle = True
+            if not q:
+                return
+            self._idle = False           # a record came after the check: go on
+
+    async def _drained(self) -> None:
+        """Wait until every record queued before this call was handed to the producer."""
+        while self._queue or (self._drain_task is not None and not self._drain_task.done()):
+            self._start_drain()
+            await asyncio.shield(self._drain_task)
+
+    async def _aclose_all(self, timeout):
+        try:
+            async with asyncio.timeout(timeout):
+                await self._drained()
+        except TimeoutError:
+            pass
+        await self._inner.aclose(timeout)
+
+    def _aclose(self, timeout):
+        return self._aclose_all(timeout)
 
     def flush(self, timeout: float | None = None) -> None:
-        self._lt.run(self._inner.flush(timeout))
+        async def flush():
+            await self._drained()
+            await self._inner.flush(timeout)
+        self._lt.run(flush())
 
     def partitions_for(self, topic: str) -> list[int]:
         return self._lt.run(self._inner.partitions_for(topic))
+
+
+class RecordFuture:
+    """The outcome of one record sent through the sync Producer, with concurrent.futures.Future's
+    methods: result(timeout), exception(timeout), done(), add_done_callback(fn)."""
+
+    __slots__ = ("_producer", "_delivery", "_error", "_handed")
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self._delivery = None    # the asyncio producer's DeliveryFuture, once handed over
+        self._error: BaseException | None = None
+        self._handed = False
+
+    async def _outcome(self) -> RecordMetadata:
+        if not self._handed:
+            await self._producer._drained()
+        if self._error is not None:
+            raise self._error
+        return await self._delivery
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        try:
+            return self._producer._lt.run(self._outcome(), timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"record not delivered within {timeout} s") from None
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self.result(timeout)
+        except TimeoutError:
+            raise
+        except Exception as e:
+            return e
+        return None
+
+    def done(self) -> bool:
+        return self._handed and (self._error is not None or self._delivery.done())
+
+    def add_done_callback(self, fn) -> None:
+        """fn(self) once the record is delivered or failed (called on the loop thread)."""
+        async def outcome():
+            try:
+                await self._outcome()
+            except Exception:
+                pass
+        fut = asyncio.run_coroutine_threadsafe(outcome(), self._producer._lt.loop)
+        fut.add_done_callback(lambda _f: fn(self))
 
 
 class Consumer(_Facade):
@@ -191,6 +306,10 @@ class Consumer(_Facade):
 
     def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
         return self._lt.run(self._inner.getmany(timeout_ms, max_records))
+
+    def getmany_columns(self, timeout_ms: int = 0, max_records: int | None = None
+                        ) -> dict[TopicPartition, RecordColumns]:
+        return self._lt.run(self._inner.getmany_columns(timeout_ms, max_records))
 
     def fetch_batches(self, timeout_ms: int = 0, max_batches: int = 1000) -> list[FetchedBatch]:
         """Whole batches; each batch's `data` is copied to bytes, since the loop thread moves on."""

@@ -101,6 +101,18 @@ def parent_of(path: str) -> str:
     return head or "/"
 
 
+def delete_tree_ops(path: str, version: int, children: Callable[[str], list[str]]) -> list[Op]:
+    """The deletes of a node and everything below it, children before their parent (a recursive
+    delete as one multi, as ZooKeeper needs it)."""
+    doomed: list[str] = []
+    stack = [path]
+    while stack:     # pre-order; reversed below so children go before their parent
+        p = stack.pop()
+        doomed.append(p)
+        stack.extend(f"{p.rstrip('/')}/{c}" for c in children(p))
+    return [Delete(p, version if p == path else -1) for p in reversed(doomed)]
+
+
 _GONE = object()   # a node deleted earlier in the same multi
 
 
@@ -157,13 +169,7 @@ class EmbeddedStore:
             return
         if path not in self.nodes:
             return
-        doomed: list[str] = []
-        stack = [path]
-        while stack:     # pre-order; reversed below so children go before their parent
-            p = stack.pop()
-            doomed.append(p)
-            stack.extend(f"{p}/{c}" for c in self._children.get(p, ()))
-        self.multi([Delete(p, version if p == path else -1) for p in reversed(doomed)])
+        self.multi(delete_tree_ops(path, version, self.children))
 
     def multi(self, ops: Sequence[Op]) -> list[int | None]:
         """Apply every op or none. Returns, per op, the node's new version (create, set) or None."""

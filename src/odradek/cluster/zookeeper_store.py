@@ -35,7 +35,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from odradek.cluster.store import (
     BadVersionError, CheckVersion, Create, Delete, NodeExistsError, NoNodeError, NotEmptyError, Op, SetData,
-    StoreError,
+    StoreError, delete_tree_ops,
 )
 
 
@@ -164,13 +164,7 @@ class ZooKeeperStore:
             return
         if not self.exists(path):
             return
-        doomed: list[str] = []
-        stack = [path]
-        while stack:      # pre-order; reversed below so children go before their parent
-            p = stack.pop()
-            doomed.append(p)
-            stack.extend(f"{p.rstrip('/')}/{c}" for c in self.children(p))
-        self.multi([Delete(p, version if p == path else -1) for p in reversed(doomed)])
+        self.multi(delete_tree_ops(path, version, self.children))
 
     def multi(self, ops: Sequence[Op]) -> list[int | None]:
         """Apply every op or none (ZooKeeper's multi). Per op: the node's new version or None."""
