@@ -30,6 +30,7 @@ from typing import Any, Sequence
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import LOG_APPEND_TIME, MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
+from odradek.records.varint import read_varint, read_varlong
 
 _numpy_path: Any = None    # columns_numpy, imported on the first decode that uses it (numpy takes ~0.1 s)
 _NUMPY_MISSING = False
@@ -218,43 +219,13 @@ def _have_numpy() -> bool:
 
 
 # ------------------------------------------------------------------------------------------ Python
-def _uvarint(buf, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
-    result = shift = 0
-    limit = pos + max_bytes
-    while True:
-        if pos >= end:
-            raise ProtocolError(f"truncated {what}")
-        if pos >= limit:
-            raise ProtocolError(f"{what} longer than {max_bytes} bytes")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _varint(buf, pos: int, end: int) -> tuple[int, int]:
-    u, pos = _uvarint(buf, pos, end, 5, "varint")
-    if u > 0xFFFFFFFF:
-        raise ProtocolError("varint does not fit in 32 bits")
-    return (u >> 1) ^ -(u & 1), pos
-
-
-def _varlong(buf, pos: int, end: int) -> tuple[int, int]:
-    u, pos = _uvarint(buf, pos, end, 10, "varlong")
-    if u > 0xFFFFFFFFFFFFFFFF:
-        raise ProtocolError("varlong does not fit in 64 bits")
-    return (u >> 1) ^ -(u & 1), pos
-
-
 def _bytes_field(buf, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
     b = buf[pos] if pos < end else 0x100
     if b < 0x80:   # a length below 64 (or -1) in one byte, the common case
         n = (b >> 1) ^ -(b & 1)
         pos += 1
     else:
-        n, pos = _varint(buf, pos, end)
+        n, pos = read_varint(buf, pos, end)
     if n < 0:
         if n != -1:
             raise ProtocolError(f"record {what} length {n} is negative")
@@ -265,7 +236,7 @@ def _bytes_field(buf, pos: int, end: int, what: str) -> tuple[bytes | None, int]
 
 
 def _headers(buf, pos: int, end: int) -> tuple[tuple, int]:
-    count, pos = _varint(buf, pos, end)
+    count, pos = read_varint(buf, pos, end)
     if count == 0:
         return (), pos
     if count < 0 or count > (end - pos) // MIN_HEADER_SIZE:
@@ -297,12 +268,12 @@ def _decode_python(buf: bytes, sections: list[_Section], first_offset: int) -> R
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
             else:
-                length, pos = _varint(buf, pos, end)
+                length, pos = read_varint(buf, pos, end)
             if length < MIN_RECORD_SIZE - 1 or length > end - pos:
                 raise ProtocolError(f"record length {length} is invalid for the bytes remaining")
             record_end = pos + length
-            ts_delta, p = _varlong(buf, pos + 1, record_end)
-            offset_delta, p = _varint(buf, p, record_end)
+            ts_delta, p = read_varlong(buf, pos + 1, record_end)
+            offset_delta, p = read_varint(buf, p, record_end)
             key, p = _bytes_field(buf, p, record_end, "key")
             value, p = _bytes_field(buf, p, record_end, "value")
             if p < record_end and buf[p] == 0:

@@ -41,7 +41,7 @@ class FakeProducer:
         return self._append(topic, value)
 
     async def send(self, topic, value=None, key=None, **kw):
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0)                 # a send that yields to the loop, as a real one does
         return self._append(topic, value)
 
     async def flush(self, timeout=None):
