@@ -60,10 +60,11 @@ def read_partitions(ctx: RequestContext, wanted: Wanted, *, version: int, max_by
     total = 0
     any_error = False
     out = []
+    now_ms = ctx.clock() if replica_id >= 0 else 0    # only a follower's fetch state keeps time
     for topic, topic_id, partitions in wanted:
         datas = []
         for fp in partitions:
-            pd, size = _read_partition(ctx, topic, fp, version=version, remaining=remaining,
+            pd, size = _read_partition(ctx, topic, fp, now_ms, version=version, remaining=remaining,
                                        first=total == 0, isolation=isolation, replica_id=replica_id)
             any_error = any_error or pd.error_code != ErrorCode.NONE
             total += size
@@ -73,8 +74,8 @@ def read_partitions(ctx: RequestContext, wanted: Wanted, *, version: int, max_by
     return out, total, any_error
 
 
-def _read_partition(ctx: RequestContext, topic: str | None, fp: m.FetchPartition, *, version: int, remaining: int,
-                    first: bool, isolation: int, replica_id: int) -> tuple[m.PartitionData, int]:
+def _read_partition(ctx: RequestContext, topic: str | None, fp: m.FetchPartition, now_ms: int, *, version: int,
+                    remaining: int, first: bool, isolation: int, replica_id: int) -> tuple[m.PartitionData, int]:
     if topic is None:
         return m.PartitionData(partition_index=fp.partition, error_code=ErrorCode.UNKNOWN_TOPIC_ID,
                                high_watermark=-1, records=b""), 0
@@ -83,7 +84,7 @@ def _read_partition(ctx: RequestContext, topic: str | None, fp: m.FetchPartition
     r = ctx.replica_manager.read(topic, fp.partition, fetch_offset=fp.fetch_offset,
                                  current_leader_epoch=fp.current_leader_epoch, replica_id=replica_id,
                                  isolation=isolation, max_bytes=max(budget, 0), min_one_batch=first or version < 3,
-                                 now_ms=ctx.clock())
+                                 now_ms=now_ms)
     if r.error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER):
         return m.PartitionData(partition_index=fp.partition, error_code=r.error, high_watermark=-1, records=b""), 0
     pd = m.PartitionData(partition_index=fp.partition, error_code=r.error, high_watermark=r.high_watermark,
