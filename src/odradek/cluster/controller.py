@@ -36,10 +36,11 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from typing import Iterable, NoReturn
+from typing import Callable, Iterable, NoReturn
 
 from odradek.cluster.producer_ids import PRODUCER_ID_BLOCK_PATH, ProducerIdManager
-from odradek.cluster.store import CheckVersion, Create, Delete, MetadataStore, NoNodeError, Op, SetData
+from odradek.cluster.store import CheckVersion, Create, Delete, MetadataStore, NodeExistsError, NoNodeError, Op, \
+    SetData
 from odradek.cluster.topics import DELETE_TOPICS_PATH, TOPIC_CONFIGS_PATH, TOPICS_PATH, PartitionState, \
     TopicImage, TopicInfo, assign_replicas, config_node, config_path, delete_marker_path, initial_state, \
     partition_path, partitions_path, state_node, state_path, topic_from_nodes, topic_node, topic_path, \
@@ -52,9 +53,10 @@ MAX_PARTITIONS_PER_REQUEST = 10_000
 EXCESSIVE_PARTITIONS = "Excessively large number of partitions per request."
 EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 
+ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 # Created at start when missing, parents first (Kafka's persistent ZooKeeper paths that we use).
 PERSISTENT_PATHS = ("/admin", DELETE_TOPICS_PATH, "/brokers", "/brokers/ids", TOPICS_PATH, "/cluster",
-                    "/config", TOPIC_CONFIGS_PATH, "/config/brokers")
+                    "/config", TOPIC_CONFIGS_PATH, "/config/brokers", ISR_CHANGE_NOTIFICATION_PATH)
 
 __all__ = ["Controller", "MAX_PARTITIONS_PER_REQUEST", "EXCESSIVE_PARTITIONS", "EXCESSIVE_BATCH",
            "PRODUCER_ID_BLOCK_PATH", "requested_partitions"]
@@ -125,6 +127,9 @@ class Controller:
         self.image = TopicImage()
         self.producer_ids = ProducerIdManager(store, broker_id)
         self.pending_deletions: dict[str, TopicInfo | None] = {}
+        # The version of each partition's state node: the partition epoch of LeaderAndIsr, and what the
+        # conditional writes of leader and ISR changes check (Kafka's zkVersion).
+        self.state_versions: dict[tuple[str, int], int] = {}
         self._reserved: dict[str, str] = {}           # unified name -> name, for plans not yet finished
 
     # ------------------------------------------------------------------------------------------ start
@@ -133,7 +138,14 @@ class Controller:
         (the broker removes their logs, then calls `complete_deletions`)."""
         missing = [p for p in PERSISTENT_PATHS if not self.store.exists(p)]
         if missing:
-            self.store.multi([Create(p, {}) for p in missing])
+            try:
+                self.store.multi([Create(p, {}) for p in missing])
+            except NodeExistsError:     # another broker of the cluster is creating them too
+                for p in missing:
+                    try:
+                        self.store.create(p, {})
+                    except NodeExistsError:
+                        pass
         marked = set(self.store.children(DELETE_TOPICS_PATH))
         for name in self.store.children(TOPICS_PATH):
             info = self.read_topic(name)
@@ -153,7 +165,7 @@ class Controller:
         states: dict[int, dict | None] = {}
         for p in value["partitions"]:
             try:
-                states[int(p)] = self.store.get(state_path(name, int(p)))[0]
+                states[int(p)], self.state_versions[(name, int(p))] = self.store.get(state_path(name, int(p)))
             except NoNodeError:
                 states[int(p)] = None
         try:
@@ -229,6 +241,8 @@ class Controller:
 
     def publish(self, info: TopicInfo) -> None:
         self.image.put(info)
+        for p in info.partitions:
+            self.state_versions[(info.name, p)] = 0
         self.release([info.name])
 
     # ------------------------------------------------------------------------------------------ partitions
@@ -276,6 +290,8 @@ class Controller:
         partitions and the topic node's new version."""
         current = self.image.get(planned.name) or planned
         info = replace(current, partitions=planned.partitions, version=planned.version + 1)
+        for p in planned.partitions:
+            self.state_versions.setdefault((planned.name, p), 0)
         self.image.put(info)
         return info
 
@@ -284,10 +300,60 @@ class Controller:
         info = self.image.get(name)
         if info is None or p not in info.partitions:
             raise NoNodeError(state_path(name, p))
-        self.store.multi([SetData(state_path(name, p), state_node(state))])
+        version = self.store.multi([SetData(state_path(name, p), state_node(state))])[0]
         partitions = dict(info.partitions)
         partitions[p] = state
         self.image.put(replace(info, partitions=partitions))
+        if version is not None:
+            self.state_versions[(name, p)] = version
+
+    def state_write_ops(self, changes: list[tuple[str, int, PartitionState]],
+                        fence: Callable[[list[Op]], list[Op]] | None = None) -> list[Op]:
+        """One multi recording leader and ISR changes, each conditional on the state node's version
+        this controller knows (BadVersionError if another writer, a leader changing its ISR, came
+        first: `read_states` then elect again); `fence` makes it conditional on this controller's
+        epoch. Run it with `store.multi` (on a worker thread), then `states_written` on the loop."""
+        ops: list[Op] = [SetData(state_path(t, p), state_node(st), self.state_versions.get((t, p), -1))
+                         for t, p, st in changes]
+        return fence(ops) if fence is not None else ops
+
+    def states_written(self, changes: list[tuple[str, int, PartitionState]], results: list[int | None]) -> None:
+        versions = results[len(results) - len(changes):]
+        for (t, p, st), version in zip(changes, versions):
+            info = self.image.get(t)
+            if info is None or p not in info.partitions:
+                continue
+            partitions = dict(info.partitions)
+            partitions[p] = st
+            self.image.put(replace(info, partitions=partitions))
+            if version is not None:
+                self.state_versions[(t, p)] = version
+
+    def read_states(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[dict, int]]:
+        """The state nodes of these partitions as they are now (safe on a worker thread)."""
+        out = {}
+        for t, p in keys:
+            try:
+                out[(t, p)] = self.store.get(state_path(t, p))
+            except NoNodeError:
+                continue
+        return out
+
+    def states_read(self, nodes: dict[tuple[str, int], tuple[dict, int]]) -> list[tuple[str, int]]:
+        """Take state nodes read by `read_states` into the image; the partitions that changed."""
+        changed = []
+        for (t, p), (node, version) in nodes.items():
+            info = self.image.get(t)
+            if info is None or p not in info.partitions or self.state_versions.get((t, p)) == version:
+                continue
+            st = PartitionState(node["leader"], node["leader_epoch"], list(node["isr"]),
+                                list(info.partitions[p].replicas))
+            partitions = dict(info.partitions)
+            partitions[p] = st
+            self.image.put(replace(info, partitions=partitions))
+            self.state_versions[(t, p)] = version
+            changed.append((t, p))
+        return changed
 
     # ------------------------------------------------------------------------------------------ configs
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:

@@ -28,10 +28,11 @@ import logging
 import os
 import time
 import uuid
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from odradek.cluster.controller import Controller
-from odradek.cluster.store import EmbeddedStore
+from odradek.cluster.registration import Endpoint as RegisteredEndpoint
+from odradek.cluster.store import EmbeddedStore, MetadataStore, NodeExistsError
 from odradek.coordinator.runtime import GroupCoordinator
 from odradek.protocol.headers import RequestHeader
 from odradek.server.apis import HANDLERS
@@ -47,8 +48,12 @@ from odradek.server.network import Connection, Listener, RequestPool
 from odradek.server.partition import PartitionLog
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.workers import WorkerPool
+from odradek.server.zk_cluster import ZkCluster
 from odradek.storage.config import LogConfig, LogManagerConfig
 from odradek.storage.manager import LogManager
+
+if TYPE_CHECKING:
+    from odradek.cluster.zookeeper_store import ZooKeeperStore
 
 log = logging.getLogger("odradek.broker")
 
@@ -102,7 +107,7 @@ class Broker:
         self.dispatcher = Dispatcher(self.request_context, HANDLERS, self.workers)
         self._periodic: asyncio.Task[None] | None = None
         self.logs: LogManager | None = None
-        self.store: EmbeddedStore | None = None
+        self.store: EmbeddedStore | ZooKeeperStore | None = None
         self.controller: EmbeddedController | None = None
         self.coordinators: Coordinators | None = None
         self.services: Services | None = None
@@ -128,6 +133,9 @@ class Broker:
 
     # ----------------------------------------------------------------------------- lifecycle
     async def start(self) -> None:
+        if self.config.get("zookeeper.connect"):
+            await self._start_in_cluster()
+            return
         now = self.clock()
         dirs = self.config.log_dirs
         for d in dirs:
@@ -162,6 +170,52 @@ class Broker:
         await self._start_listeners()
         self._periodic = asyncio.get_running_loop().create_task(self._run_periodic(logs))
 
+    async def _start_in_cluster(self) -> None:
+        """A broker of a cluster on ZooKeeper (`zk_cluster.py`): the store is the ensemble; partitions
+        open when the controller's LeaderAndIsr names them; registration once the listeners are bound."""
+        from odradek.cluster.zookeeper_store import ZooKeeperStore   # kazoo: the `zookeeper` extra
+        loop = asyncio.get_running_loop()
+        c = self.config
+        for d in c.log_dirs:
+            os.makedirs(d, exist_ok=True)
+        store = ZooKeeperStore(c.get("zookeeper.connect"), c.get("zookeeper.session.timeout.ms"),
+                               c.get("zookeeper.connection.timeout.ms"))
+        await loop.run_in_executor(None, store.start)
+        self.store = store
+        await loop.run_in_executor(None, Controller(store, self.broker_id).start)
+        config = await loop.run_in_executor(
+            None, EmbeddedController.load_dynamic_broker_configs, store, self.broker_id, self.config)
+        cluster_id = await loop.run_in_executor(None, _cluster_id, store)
+        image = self.metadata.image.with_cluster_id(cluster_id).with_config(config)
+        self.metadata.update(image.with_brokers(image.brokers, -1))
+        self.controller_id = -1
+        logs = self.logs = LogManager.open(self._log_manager_config(), now_ms=self.clock(),
+                                           config_for_topic=self.log_config_for)
+        self.local_logs.manager = logs
+        logs.ensure_meta_properties(self.broker_id, self.cluster_id)
+        cluster = ZkCluster(self.broker_id, store, logs, self.replica_manager, self.metadata, self.workers, self.clock)
+        self.controller = cluster
+        self.replica_manager.alter_partition = cluster
+        await self.replica_manager.start()
+        coordinators = self.coordinators = Coordinators(
+            self.broker_id, self.replica_manager, self.metadata, cluster, self.clock)
+        await coordinators.start()
+        self.services = Services(
+            broker_id=self.broker_id, clock=self.clock, metadata=self.metadata,
+            replica_manager=self.replica_manager, coordinators=coordinators, controller=cluster,
+            log_dirs=logs, workers=self.workers, fetch_sessions=self.fetch_sessions,
+            api_versions=self.api_versions)
+        await self._start_listeners()
+        protocols = self.config.get("listener.security.protocol.map") or ""
+        protocol_of = dict(item.split(":", 1) for item in protocols.split(",") if ":" in item)
+        endpoints = []
+        for _, ep in self.listeners:
+            host, port = self._advertised(ep)
+            endpoints.append(RegisteredEndpoint(ep.listener_name, host, port,
+                                                protocol_of.get(ep.listener_name, "PLAINTEXT")))
+        await cluster.join(endpoints, self.config.get("broker.rack"))
+        self._periodic = loop.create_task(self._run_periodic(logs))
+
     async def _start_listeners(self) -> None:
         for ep in self.config.listeners:
             listener = Listener(
@@ -180,7 +234,8 @@ class Broker:
         # This broker, with its advertised endpoints, is the one live broker of the image.
         endpoints = tuple(BrokerEndpoint(ep.listener_name, *self._advertised(ep)) for _, ep in self.listeners)
         me = BrokerRegistration(self.broker_id, endpoints, self.config.get("broker.rack"))
-        self.metadata.update(self.metadata.image.with_brokers({self.broker_id: me}, self.controller_id))
+        brokers = {**self.metadata.image.brokers, self.broker_id: me}
+        self.metadata.update(self.metadata.image.with_brokers(brokers, self.metadata.image.controller_id))
 
     def _queued_bytes_limit(self) -> int:
         """`queued.max.request.bytes`; Kafka's -1 (no pool) is 100 MiB here: a broker always bounds
@@ -218,6 +273,8 @@ class Broker:
             else self.log_config_for(topic)
 
     async def aclose(self) -> None:
+        if isinstance(self.controller, ZkCluster):    # leadership moves off before the listeners close
+            await self.controller.shutdown()
         for listener, _ in self.listeners:
             await listener.aclose()
         if self.controller is not None:     # changes under way finish before the logs close
@@ -247,10 +304,13 @@ class Broker:
                 log.exception("periodic log maintenance failed")
 
 
-def _cluster_id(store: EmbeddedStore) -> str:
+def _cluster_id(store: MetadataStore) -> str:
     if store.exists(CLUSTER_ID_PATH):
         value: str = store.get(CLUSTER_ID_PATH)[0]["id"]
         return value
     cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    store.create(CLUSTER_ID_PATH, {"version": "1", "id": cid})
+    try:
+        store.create(CLUSTER_ID_PATH, {"version": "1", "id": cid})
+    except NodeExistsError:          # another broker of the cluster made it first
+        return _cluster_id(store)
     return cid

@@ -12,7 +12,7 @@ serves this channel; handlers and the coordinators depend on this port only.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Coroutine, Protocol, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, Protocol, TypeVar
 
 from odradek.cluster.controller import Controller
 from odradek.cluster.topics import TopicInfo
@@ -28,6 +28,15 @@ class ControllerChannel(Protocol):
 
     @property
     def lock(self) -> asyncio.Lock: ...
+
+    @property
+    def is_active(self) -> bool:
+        """True if this broker is the controller and makes topic changes itself; otherwise
+        CreateTopics, DeleteTopics and CreatePartitions answer NOT_CONTROLLER and the topics a request
+        creates on the fly are asked of the controller (`request_creation`)."""
+
+    def request_creation(self, topics: Iterable[tuple[str, int, int, dict[str, str]]]) -> None:
+        """Ask the controller to create (name, partitions, replication factor, configs), not waiting."""
 
     async def call(self, change: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T: ...
 

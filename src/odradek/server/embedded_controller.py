@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Coroutine, Protocol, TypeVar
 
 from odradek.cluster.controller import Controller
-from odradek.cluster.store import Create, EmbeddedStore, Op, SetData, StoreError
+from odradek.cluster.store import Create, EmbeddedStore, MetadataStore, Op, SetData, StoreError
 from odradek.cluster.topics import PartitionState, TopicInfo
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.server.config import BrokerConfig, ConfigError, TopicConfig
@@ -120,6 +120,15 @@ class EmbeddedController:
         log.info("finished the deletion of %s", _names(names))
 
     # ------------------------------------------------------------------------------------------ the image
+    @property
+    def is_active(self) -> bool:
+        """A broker that is its own controller always is the active one."""
+        return True
+
+    def request_creation(self, topics: Iterable[tuple[str, int, int, dict[str, str]]]) -> None:
+        """Only a cluster's non-controllers forward creations; here the handlers create directly."""
+        raise NotImplementedError
+
     @property
     def config(self) -> BrokerConfig:
         return self.metadata.image.config
@@ -398,7 +407,7 @@ class EmbeddedController:
         self.logs.update_cleaner_config(cleaner_config(new))
 
     @staticmethod
-    def load_dynamic_broker_configs(store: EmbeddedStore, broker_id: int, config: BrokerConfig) -> BrokerConfig:
+    def load_dynamic_broker_configs(store: MetadataStore, broker_id: int, config: BrokerConfig) -> BrokerConfig:
         """The static config with the stored dynamic layers over it (as they were at start)."""
         layers = {}
         for key, entity in (("dynamic_broker", str(broker_id)), ("dynamic_default", "<default>")):

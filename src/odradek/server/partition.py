@@ -77,6 +77,10 @@ class PartitionLog(Protocol):
 
     def append_as_follower(self, records: Records, now_ms: int) -> AppendInfo: ...
 
+    def truncate_to(self, offset: int, now_ms: int) -> bool: ...
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None: ...
+
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None,
              min_one_batch: bool = True) -> list[Any]:
         """Slices (`length`, `read()`) of whole batches from start_offset, below max_offset."""

@@ -159,6 +159,51 @@ class ReplicaManager:
         self.purgatory.notify(part.key)
         return info
 
+    # ------------------------------------------------------------------------------ follower side
+    def _follower(self, topic: str, index: int) -> Partition | None:
+        part = self._partitions.get((topic, index))
+        return part if part is not None and not part.is_leader else None
+
+    def follower_log_end_offset(self, topic: str, index: int) -> int | None:
+        """Where a replica fetcher fetches from; None if this broker does not follow the partition."""
+        part = self._follower(topic, index)
+        return part.log_end_offset if part is not None else None
+
+    def follower_latest_epoch(self, topic: str, index: int) -> int | None:
+        part = self._follower(topic, index)
+        return part.log.leader_epoch_cache.latest_epoch if part is not None else None
+
+    def follower_truncation_point(self, topic: str, index: int, leader_epoch: int,
+                                  leader_end_offset: int) -> int | None:
+        """Where a follower truncates (KIP-279): the smaller of the leader's end of `leader_epoch` and
+        its own end of the largest epoch at or below it; its high watermark when the leader knows no
+        such epoch (-1) or the follower has none."""
+        part = self._follower(topic, index)
+        if part is None:
+            return None
+        if leader_epoch < 0 or leader_end_offset < 0:
+            return part.high_watermark
+        own = part.log.end_offset_for_epoch(leader_epoch)
+        if own is None:
+            return part.high_watermark
+        return min(leader_end_offset, own[1])
+
+    def truncate_follower(self, topic: str, index: int, offset: int, *, fully: bool, now_ms: int) -> None:
+        part = self._follower(topic, index)
+        if part is None:
+            raise KafkaApiError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if fully:
+            part.log.truncate_fully_and_start_at(offset, now_ms)
+        else:
+            part.log.truncate_to(offset, now_ms)
+        self.purgatory.notify(part.key)
+
+    def update_follower_from_leader(self, topic: str, index: int, leader_high_watermark: int) -> None:
+        part = self._follower(topic, index)
+        if part is not None and part.update_follower_high_watermark(leader_high_watermark):
+            self._high_watermark_moved(part)
+            self.purgatory.notify(part.key)
+
     def _appended(self, part: Partition) -> None:
         if part.maybe_increment_high_watermark():
             self._high_watermark_moved(part)

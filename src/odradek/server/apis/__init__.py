@@ -14,6 +14,9 @@ from odradek.server.apis.admin_topics import (
 )
 from odradek.server.apis.api_versions import handle_api_versions
 from odradek.server.apis.fetch import handle_fetch
+from odradek.server.apis.inter_broker import (
+    handle_controlled_shutdown, handle_leader_and_isr, handle_stop_replica, handle_update_metadata,
+)
 from odradek.server.apis.groups import (
     handle_delete_groups, handle_describe_groups, handle_find_coordinator, handle_heartbeat, handle_join_group,
     handle_leave_group, handle_list_groups, handle_sync_group,
@@ -30,6 +33,10 @@ HANDLERS: dict[int, HandlerFn] = {
     1: handle_fetch,
     2: handle_list_offsets,
     3: handle_metadata,
+    4: handle_leader_and_isr,
+    5: handle_stop_replica,
+    6: handle_update_metadata,
+    7: handle_controlled_shutdown,
     8: handle_offset_commit,
     9: handle_offset_fetch,
     10: handle_find_coordinator,

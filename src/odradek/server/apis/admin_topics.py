@@ -123,6 +123,9 @@ async def _create(ctx: RequestContext, candidates: list[ct.CreatableTopic], resu
 async def handle_create_topics(ctx: RequestContext, request: ct.CreateTopicsRequest) -> ct.CreateTopicsResponse:
     v = ctx.api_version
     validate_only = request.validate_only if v >= 1 else False
+    if not ctx.controller.is_active:       # a cluster's topic changes are the controller's (Kafka < 2.8)
+        return ct.CreateTopicsResponse(throttle_time_ms=0, topics=[
+            _error(t.name, KafkaApiError(ErrorCode.NOT_CONTROLLER)) for t in request.topics])
     counts = Counter(t.name for t in request.topics)
     results: dict[str, ct.CreatableTopicResult | None] = {}
     candidates: list[ct.CreatableTopic] = []
@@ -224,6 +227,10 @@ async def handle_delete_topics(ctx: RequestContext, request: dt.DeleteTopicsRequ
         entries = [(t.name, t.topic_id) for t in request.topics]
     else:
         entries = [(name, ZERO_UUID) for name in request.topic_names]
+    if not ctx.controller.is_active:
+        return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=[
+            dt.DeletableTopicResult(name=n, topic_id=i, error_code=ErrorCode.NOT_CONTROLLER,
+                                    error_message=ErrorCode.NOT_CONTROLLER.message) for n, i in entries])
     if not ctx.config.get("delete.topic.enable"):
         code = ErrorCode.INVALID_REQUEST if v < 3 else ErrorCode.TOPIC_DELETION_DISABLED
         return dt.DeleteTopicsResponse(throttle_time_ms=0, responses=[
@@ -286,6 +293,10 @@ async def _add_partitions(ctx: RequestContext, topics: list[cp.CreatePartitionsT
 
 async def handle_create_partitions(ctx: RequestContext,
                                    request: cp.CreatePartitionsRequest) -> cp.CreatePartitionsResponse:
+    if not ctx.controller.is_active:
+        return cp.CreatePartitionsResponse(throttle_time_ms=0, results=[
+            _cp_error(t.name, KafkaApiError(ErrorCode.NOT_CONTROLLER, ErrorCode.NOT_CONTROLLER.message))
+            for t in request.topics])
     results = await ctx.controller.call(_add_partitions, ctx, request.topics, request.validate_only)
     return cp.CreatePartitionsResponse(throttle_time_ms=0, results=list(results.values()))
 

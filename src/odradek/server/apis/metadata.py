@@ -93,7 +93,15 @@ async def handle_metadata(ctx: RequestContext, request: m.MetadataRequest) -> m.
                                                    is_internal=name in INTERNAL_TOPICS))
                 continue
         out.append(topic_metadata(info, live, topic_ops))
-    if to_create:
+    if to_create and not ctx.controller.is_active:
+        # A cluster's non-controller asks the controller (Kafka's auto-topic creation forwarding) and
+        # answers LEADER_NOT_AVAILABLE, retriable, until the controller's UpdateMetadata brings them.
+        ctx.controller.request_creation([(name, *creation_spec(name, ctx.config)) for name in to_create])
+        for name, places in to_create.items():
+            for place in places:
+                out[place] = m.MetadataResponseTopic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name,
+                                                     is_internal=name in INTERNAL_TOPICS)
+    elif to_create:
         created = await ctx.controller.call(auto_create_topics, ctx, list(to_create))
         for name, (info, error) in created.items():
             for place in to_create[name]:

@@ -1,0 +1,324 @@
+"""Replica fetchers: followers copy their leaders' logs (seed 003, "Replication": "Followers consume
+messages from the leader just as a normal Kafka consumer would and apply them to their own log";
+Kafka's ReplicaFetcherManager and ReplicaFetcherThread, KIP-101 and KIP-279 for truncation).
+
+One fetcher task per source broker (the leader), its partitions batched into one Fetch request with
+this broker's id as the replica id and each partition's leader epoch, so the leader fences a follower
+that is behind on leadership changes and counts the fetch offset as the follower's log end offset
+(which moves the high watermark and grows the ISR).
+
+A partition added to a fetcher first truncates (KIP-279): the follower asks the leader, with
+OffsetForLeaderEpoch, where its latest leader epoch ends on the leader, finds the same epoch in its own
+cache, and truncates its log to the smaller of the two ends; so a replica that was a leader and wrote
+records the new leader never got (an unclean or a paused leader) never keeps a divergent tail. Without
+an epoch in its cache it truncates to its high watermark (the pre-KIP-101 rule). Then it fetches from
+its log end; the leader's batches are appended as they are and the leader's high watermark taken.
+
+Errors per partition: OFFSET_OUT_OF_RANGE truncates again (a leader whose log starts later makes the
+follower start over at the leader's log start); NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH and
+UNKNOWN_TOPIC_OR_PARTITION hold the partition back for `replica.fetch.backoff.ms` (the controller's next
+LeaderAndIsr says what to do). An unreachable leader backs the whole fetcher off for the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError, for_code
+from odradek.protocol.messages import fetch as fm
+from odradek.protocol.messages import offset_for_leader_epoch as om
+from odradek.server.inter_broker import BrokerUnreachable
+from odradek.storage.errors import StorageError
+
+log = logging.getLogger("odradek.replica_fetcher")
+
+FETCH_KEY = 1
+OFFSET_FOR_LEADER_EPOCH_KEY = 23
+TopicPartition = tuple[str, int]
+
+
+class Requester(Protocol):
+    async def request(self, purpose: str, broker_id: int, api_key: int, body: object, *,
+                      timeout_ms: int | None = None) -> object: ...
+
+
+class FollowerReplicas(Protocol):
+    """What a fetcher needs of the replica manager."""
+
+    def follower_log_end_offset(self, topic: str, index: int) -> int | None: ...
+
+    def follower_truncation_point(self, topic: str, index: int, leader_epoch: int,
+                                  leader_end_offset: int) -> int | None: ...
+
+    def follower_latest_epoch(self, topic: str, index: int) -> int | None: ...
+
+    def truncate_follower(self, topic: str, index: int, offset: int, *, fully: bool, now_ms: int) -> None: ...
+
+    def append_to_follower(self, topic: str, index: int, records: bytes | memoryview, leader_high_watermark: int,
+                           now_ms: int) -> object: ...
+
+    def update_follower_from_leader(self, topic: str, index: int, leader_high_watermark: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class FetcherConfig:
+    replica_id: int
+    max_wait_ms: int = 500
+    min_bytes: int = 1
+    partition_max_bytes: int = 1 << 20
+    response_max_bytes: int = 10 << 20
+    backoff_ms: int = 1000
+    request_timeout_ms: int = 30_000
+
+
+@dataclass
+class FetchState:
+    leader_epoch: int
+    truncating: bool = True
+    held_until: float = 0.0     # loop time before which the partition is not fetched
+
+
+class ReplicaFetcher:
+    """The fetcher of every partition this broker follows whose leader is `leader_id`."""
+
+    def __init__(self, leader_id: int, replicas: FollowerReplicas, requester: Requester, config: FetcherConfig,
+                 clock: Callable[[], int]) -> None:
+        self.leader_id = leader_id
+        self.replicas = replicas
+        self.requester = requester
+        self.config = config
+        self.clock = clock
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.purpose = f"fetcher-{leader_id}"
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def add(self, key: TopicPartition, leader_epoch: int) -> None:
+        st = self.partitions.get(key)
+        if st is None or st.leader_epoch != leader_epoch:
+            self.partitions[key] = FetchState(leader_epoch)
+            self._changed.set()
+
+    def remove(self, key: TopicPartition) -> None:
+        if self.partitions.pop(key, None) is not None:
+            self._changed.set()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            now = loop.time()
+            ready = {k: s for k, s in self.partitions.items() if s.held_until <= now}
+            if not ready:
+                self._changed.clear()
+                wake = min(s.held_until for s in self.partitions.values()) - now
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout=max(wake, 0.001))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            try:
+                truncating = {k: s for k, s in ready.items() if s.truncating}
+                if truncating:
+                    await self._truncate(truncating)
+                else:
+                    await self._fetch(ready)
+            except BrokerUnreachable as e:
+                log.info("fetching from broker %d: %s; retrying in %d ms", self.leader_id, e, self.config.backoff_ms)
+                await self._backoff()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetcher of broker %d failed; retrying", self.leader_id)
+                await self._backoff()
+
+    async def _backoff(self) -> None:
+        """Wait `replica.fetch.backoff.ms`, or less if the fetcher's partitions change meanwhile."""
+        self._changed.clear()
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout=self.config.backoff_ms / 1000)
+        except asyncio.TimeoutError:
+            pass
+
+    def _hold(self, key: TopicPartition) -> None:
+        st = self.partitions.get(key)
+        if st is not None:
+            st.held_until = asyncio.get_running_loop().time() + self.config.backoff_ms / 1000
+
+    # ------------------------------------------------------------------------------ truncation
+    async def _truncate(self, states: dict[TopicPartition, FetchState]) -> None:
+        asked: dict[TopicPartition, tuple[int, int]] = {}
+        topics: dict[str, list[om.OffsetForLeaderPartition]] = {}
+        now = self.clock()
+        for key, st in states.items():
+            epoch = self.replicas.follower_latest_epoch(*key)
+            if epoch is None:
+                self._truncate_to_high_watermark(key, now)
+                st.truncating = False
+                continue
+            asked[key] = (epoch, st.leader_epoch)
+            topics.setdefault(key[0], []).append(om.OffsetForLeaderPartition(
+                partition=key[1], current_leader_epoch=st.leader_epoch, leader_epoch=epoch))
+        if not topics:
+            return
+        request = om.OffsetForLeaderEpochRequest(
+            replica_id=self.config.replica_id,
+            topics=[om.OffsetForLeaderTopic(topic=t, partitions=ps) for t, ps in topics.items()])
+        response = await self.requester.request(self.purpose, self.leader_id, OFFSET_FOR_LEADER_EPOCH_KEY, request,
+                                                timeout_ms=self.config.request_timeout_ms)
+        now = self.clock()
+        for t in response.topics:                      # type: ignore[attr-defined]
+            for p in t.partitions:
+                key = (t.topic, p.partition)
+                held = self.partitions.get(key)
+                if held is None or key not in asked or held.leader_epoch != asked[key][1]:
+                    continue
+                code = for_code(p.error_code)
+                if code is not ErrorCode.NONE:
+                    log.info("truncation of %s-%d: the leader answered %s", key[0], key[1], code.name)
+                    self._hold(key)
+                    continue
+                if p.end_offset < 0:
+                    self._truncate_to_high_watermark(key, now)
+                else:
+                    point = self.replicas.follower_truncation_point(key[0], key[1], p.leader_epoch, p.end_offset)
+                    if point is not None:
+                        self._truncate_to(key, point, now)
+                held.truncating = False
+
+    def _truncate_to_high_watermark(self, key: TopicPartition, now_ms: int) -> None:
+        point = self.replicas.follower_truncation_point(key[0], key[1], -1, -1)
+        if point is not None:
+            self._truncate_to(key, point, now_ms)
+
+    def _truncate_to(self, key: TopicPartition, offset: int, now_ms: int) -> None:
+        leo = self.replicas.follower_log_end_offset(*key)
+        if leo is not None and offset < leo:
+            log.info("truncating %s-%d from %d to %d (leader %d)", key[0], key[1], leo, offset, self.leader_id)
+            try:
+                self.replicas.truncate_follower(key[0], key[1], offset, fully=False, now_ms=now_ms)
+            except (KafkaApiError, StorageError) as e:
+                log.warning("truncating %s-%d failed: %s", key[0], key[1], e)
+                self._hold(key)
+
+    # ------------------------------------------------------------------------------ fetch
+    async def _fetch(self, states: dict[TopicPartition, FetchState]) -> None:
+        topics: dict[str, list[fm.FetchPartition]] = {}
+        offsets: dict[TopicPartition, int] = {}
+        for key, st in states.items():
+            leo = self.replicas.follower_log_end_offset(*key)
+            if leo is None:
+                self.partitions.pop(key, None)
+                continue
+            offsets[key] = leo
+            topics.setdefault(key[0], []).append(fm.FetchPartition(
+                partition=key[1], current_leader_epoch=st.leader_epoch, fetch_offset=leo,
+                partition_max_bytes=self.config.partition_max_bytes))
+        if not topics:
+            return
+        c = self.config
+        request = fm.FetchRequest(
+            replica_id=c.replica_id, replica_state=fm.ReplicaState(replica_id=c.replica_id),
+            max_wait_ms=c.max_wait_ms, min_bytes=c.min_bytes, max_bytes=c.response_max_bytes, isolation_level=0,
+            session_id=0, session_epoch=-1,
+            topics=[fm.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()], forgotten_topics_data=[])
+        response = await self.requester.request(self.purpose, self.leader_id, FETCH_KEY, request,
+                                                timeout_ms=c.request_timeout_ms + c.max_wait_ms)
+        now = self.clock()
+        for t in response.responses:                   # type: ignore[attr-defined]
+            for p in t.partitions:
+                key = (t.topic, p.partition_index)
+                held = self.partitions.get(key)
+                if held is None or key not in offsets or held.leader_epoch != states[key].leader_epoch:
+                    continue
+                if self.replicas.follower_log_end_offset(*key) != offsets[key]:
+                    continue            # truncated or changed while the fetch was out
+                code = for_code(p.error_code)
+                if code is ErrorCode.NONE:
+                    self._append(key, p, now)
+                elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self._out_of_range(key, offsets[key], p, now)
+                else:
+                    log.info("fetch of %s-%d from broker %d: %s", key[0], key[1], self.leader_id, code.name)
+                    self._hold(key)
+
+    def _append(self, key: TopicPartition, p: fm.PartitionData, now_ms: int) -> None:
+        records = p.records
+        try:
+            if records:
+                self.replicas.append_to_follower(key[0], key[1], records, p.high_watermark, now_ms)
+            else:
+                self.replicas.update_follower_from_leader(key[0], key[1], p.high_watermark)
+        except (KafkaApiError, StorageError, ValueError) as e:
+            log.warning("appending to follower %s-%d failed: %s", key[0], key[1], e)
+            self._hold(key)
+
+    def _out_of_range(self, key: TopicPartition, offset: int, p: fm.PartitionData, now_ms: int) -> None:
+        if p.log_start_offset > offset:
+            log.info("%s-%d: the leader's log starts at %d, past %d; starting over there", key[0], key[1],
+                     p.log_start_offset, offset)
+            self.replicas.truncate_follower(key[0], key[1], p.log_start_offset, fully=True, now_ms=now_ms)
+        else:
+            st = self.partitions.get(key)
+            if st is not None:
+                st.truncating = True
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker, one per leader it follows (Kafka's ReplicaFetcherManager)."""
+
+    def __init__(self, replicas: FollowerReplicas, requester: Requester, config: FetcherConfig,
+                 clock: Callable[[], int]) -> None:
+        self.replicas = replicas
+        self.requester = requester
+        self.config = config
+        self.clock = clock
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._leader_of: dict[TopicPartition, int] = {}
+
+    def follow(self, key: TopicPartition, leader_id: int, leader_epoch: int) -> None:
+        """Fetch `key` from `leader_id` at `leader_epoch` (truncating first); moves it between fetchers."""
+        old = self._leader_of.get(key)
+        if old is not None and old != leader_id:
+            self.fetchers[old].remove(key)
+        if leader_id < 0:
+            self._leader_of.pop(key, None)
+            return
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(leader_id, self.replicas, self.requester,
+                                                                self.config, self.clock)
+            fetcher.start()
+        fetcher.add(key, leader_epoch)
+        self._leader_of[key] = leader_id
+
+    def unfollow(self, keys: list[TopicPartition]) -> None:
+        for key in keys:
+            leader = self._leader_of.pop(key, None)
+            if leader is not None:
+                self.fetchers[leader].remove(key)
+
+    def following(self) -> dict[TopicPartition, int]:
+        return dict(self._leader_of)
+
+    async def aclose(self) -> None:
+        for f in self.fetchers.values():
+            await f.aclose()
+        self.fetchers.clear()

@@ -1,0 +1,443 @@
+"""The active controller of a cluster on ZooKeeper (seed 003, "Replication" and the inter-broker APIs
+LeaderAndIsr, StopReplica, UpdateMetadata and ControlledShutdown; Kafka's ZooKeeper-era KafkaController,
+PartitionStateMachine and ControllerChannelManager).
+
+A broker runs this while it holds the controller lease (`cluster/registration.py`). It
+- loads every topic and partition state from the store, then sends every live broker the whole
+  metadata (UpdateMetadata) and each one the states of its replicas (LeaderAndIsr);
+- watches `/brokers/ids`: for brokers that died, one batch of elections (`cluster/elections.py`) for
+  the partitions they led and the removal of the dead from every ISR, recorded in one multi fenced by
+  the controller epoch, then LeaderAndIsr to the affected replicas and UpdateMetadata to every broker;
+  for brokers that (re)joined, UpdateMetadata everywhere, LeaderAndIsr with all their replicas, and an
+  election for offline partitions they can lead;
+- watches `/isr_change_notification`, where leaders announce the ISR changes they recorded, and sends
+  UpdateMetadata with them;
+- makes topic changes (create, add partitions, delete) that handlers planned, and moves leadership
+  off a broker asking for a controlled shutdown.
+Every state write is conditional on the state node's version (a leader changing its ISR at the same
+time makes it fail; the controller reads the states again and retries) and on the controller epoch (a
+controller whose lease was taken has every write refused). Requests to one broker go in order, one at
+a time; a broker that does not answer is logged and gets everything again when it re-registers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import Any, Awaitable, Callable
+
+from odradek.cluster.controller import ISR_CHANGE_NOTIFICATION_PATH, Controller
+from odradek.cluster.elections import NO_LEADER, elect_offline, elect_preferred, shut_down_broker
+from odradek.cluster.registration import ControllerLease, controller_epoch, live_brokers, parse_endpoints
+from odradek.cluster.store import BadVersionError, MetadataStore, NoNodeError, StoreError
+from odradek.cluster.topics import PartitionState, TopicInfo
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError, for_code
+from odradek.protocol.messages import leader_and_isr as lm
+from odradek.protocol.messages import stop_replica as sm
+from odradek.protocol.messages import update_metadata as um
+from odradek.server.inter_broker import BrokerChannels, BrokerUnreachable
+
+log = logging.getLogger("odradek.controller")
+
+LEADER_AND_ISR_KEY = 4
+STOP_REPLICA_KEY = 5
+UPDATE_METADATA_KEY = 6
+LEADER_DURING_DELETE = -2      # UpdateMetadata's mark of a topic being deleted
+SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+STATE_WRITE_ATTEMPTS = 5
+
+Key = tuple[str, int]
+RunStore = Callable[..., Awaitable[Any]]
+
+
+class ActiveController:
+    def __init__(self, broker_id: int, store: MetadataStore, lease: ControllerLease, run_store: RunStore,
+                 channels: BrokerChannels, unclean_allowed: Callable[[str], bool],
+                 request_timeout_ms: int = 30_000) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.lease = lease
+        self.run_store = run_store           # runs a blocking store call off the event loop
+        self.channels = channels
+        self.unclean_allowed = unclean_allowed
+        self.request_timeout_ms = request_timeout_ms
+        self.cluster = Controller(store, broker_id)
+        self.live: dict[int, dict] = {}      # broker id -> its registration node
+        self.lock = asyncio.Lock()           # one controller event at a time (Kafka's event queue)
+        self.shutting_down: set[int] = set()
+        self._send_locks: dict[int, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.active = False
+
+    @property
+    def epoch(self) -> int:
+        return self.lease.epoch
+
+    # ------------------------------------------------------------------------------ events
+    async def start(self) -> None:
+        """Become the controller: load, elect where leaders are gone, tell every broker everything."""
+        async with self.lock:
+            pending = await self.run_store(self.cluster.start)
+            if pending:
+                log.warning("topic deletions %s are pending; they complete when retried", pending)
+            self.live = await self.run_store(live_brokers, self.store)
+            self.active = True
+            log.info("broker %d is the controller (epoch %d); live brokers %s", self.broker_id, self.epoch,
+                     sorted(self.live))
+            await self._elect(self._all_keys(), set(self.live))
+            await self._send_everything(set(self.live))
+
+    def stop(self) -> None:
+        self.active = False
+        for t in self._tasks:
+            t.cancel()
+
+    def spawn(self, coro: Awaitable[Any]) -> None:
+        async def run() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except BadVersionError as e:
+                log.warning("the controller's write was refused (%s): another controller has taken over", e)
+            except Exception:
+                log.exception("controller event failed")
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def brokers_changed(self) -> None:
+        async with self.lock:
+            if not self.active:
+                return
+            now = await self.run_store(live_brokers, self.store)
+            gone = set(self.live) - set(now)
+            joined = {b for b in now if b not in self.live or now[b].get("timestamp") != self.live[b].get("timestamp")}
+            self.live = now
+            self.shutting_down &= set(now)
+            if not gone and not joined:
+                return
+            log.info("brokers changed: live %s, gone %s, (re)joined %s", sorted(now), sorted(gone), sorted(joined))
+            for b in gone:
+                self.channels.drop_broker(b)
+            live = set(now)
+            affected = [k for k in self._all_keys()
+                        if self._state(k).leader in gone or self._state(k).leader == NO_LEADER
+                        or any(r in gone for r in self._state(k).isr)]
+            changed = await self._elect(affected, live)
+            if joined:
+                await self._send_everything(live, leader_and_isr_to=joined, skip=changed)
+            if changed:
+                await self._propagate(changed)
+            elif gone:
+                await self._update_metadata(live, [])
+
+    async def isr_changed(self) -> None:
+        """Leaders recorded ISR changes: take them in and tell every broker."""
+        async with self.lock:
+            if not self.active:
+                return
+            children = await self.run_store(self.store.children, ISR_CHANGE_NOTIFICATION_PATH)
+            if not children:
+                return
+            keys: set[Key] = set()
+            for child in children:
+                path = f"{ISR_CHANGE_NOTIFICATION_PATH}/{child}"
+                try:
+                    node, _ = await self.run_store(self.store.get, path)
+                    for e in node.get("partitions", []):
+                        keys.add((e["topic"], int(e["partition"])))
+                    await self.run_store(self.store.delete, path)
+                except (NoNodeError, KeyError, ValueError, TypeError):
+                    continue
+            nodes = await self.run_store(self.cluster.read_states, sorted(keys))
+            changed = self.cluster.states_read(nodes)
+            if changed:
+                await self._update_metadata(set(self.live), changed)
+
+    # ------------------------------------------------------------------------------ elections
+    def _all_keys(self) -> list[Key]:
+        image = self.cluster.image
+        return [(name, p) for name in image.names() for p in image.get(name).partitions]  # type: ignore[union-attr]
+
+    def _state(self, key: Key) -> PartitionState:
+        info = self.cluster.image.get(key[0])
+        assert info is not None
+        return info.partitions[key[1]]
+
+    async def _elect(self, keys: Iterable[Key], live: set[int]) -> list[Key]:
+        """Offline elections and the removal of dead replicas from ISRs, recorded; the changed keys."""
+        keys = list(keys)
+        for attempt in range(STATE_WRITE_ATTEMPTS):
+            changes = []
+            for k in keys:
+                if self.cluster.image.get(k[0]) is None:
+                    continue
+                st = self._state(k)
+                after, unclean = elect_offline(st, live, self.unclean_allowed(k[0]))
+                if after.leader in live:
+                    isr = [r for r in after.isr if r in live] or [after.leader]
+                    if isr != after.isr:
+                        after = PartitionState(after.leader, max(after.leader_epoch, st.leader_epoch + 1), isr,
+                                               list(after.replicas))
+                if after != st:
+                    if unclean:
+                        log.warning("unclean leader election for %s-%d: broker %d leads, records only the "
+                                    "old ISR %s had are lost", k[0], k[1], after.leader, st.isr)
+                    elif after.leader == NO_LEADER:
+                        log.warning("%s-%d is offline: no live replica of its ISR %s", k[0], k[1], st.isr)
+                    changes.append((k[0], k[1], after))
+            if await self._write_states(changes, keys):
+                return [(t, p) for t, p, _ in changes]
+        raise StoreError(f"could not record elections after {STATE_WRITE_ATTEMPTS} attempts")
+
+    async def _write_states(self, changes: list[tuple[str, int, PartitionState]], keys: list[Key]) -> bool:
+        """Write; False (the states read again) if a leader's ISR change came first."""
+        if not changes:
+            return True
+        ops = self.cluster.state_write_ops(changes, self.lease.fenced)
+        try:
+            results = await self.run_store(self.store.multi, ops)
+        except BadVersionError:
+            if not await self._still_controller():
+                raise
+            nodes = await self.run_store(self.cluster.read_states, keys)
+            self.cluster.states_read(nodes)
+            return False
+        self.cluster.states_written(changes, results)
+        return True
+
+    async def _still_controller(self) -> bool:
+        epoch, version = await self.run_store(controller_epoch, self.store)
+        return version == self.lease.epoch_zk_version
+
+    async def elect_preferred(self, keys: Iterable[Key]) -> dict[Key, ErrorCode]:
+        """Preferred leader election (ElectLeaders type 0, auto.leader.rebalance.enable)."""
+        out: dict[Key, ErrorCode] = {}
+        async with self.lock:
+            changes = []
+            live = set(self.live) - self.shutting_down
+            for k in keys:
+                info = self.cluster.image.get(k[0])
+                if info is None or k[1] not in info.partitions:
+                    out[k] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                st = info.partitions[k[1]]
+                after = elect_preferred(st, live)
+                if after == st:
+                    out[k] = ErrorCode.ELECTION_NOT_NEEDED if st.leader == st.replicas[0] \
+                        else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                    continue
+                changes.append((k[0], k[1], after))
+                out[k] = ErrorCode.NONE
+            if changes and not await self._write_states(changes, [(t, p) for t, p, _ in changes]):
+                for t, p, _ in changes:
+                    out[(t, p)] = ErrorCode.NOT_CONTROLLER
+                return out
+            await self._propagate([(t, p) for t, p, _ in changes])
+        return out
+
+    async def controlled_shutdown(self, broker: int) -> list[Key]:
+        """Move leadership off `broker` and take it out of ISRs; the partitions it still leads."""
+        async with self.lock:
+            if broker not in self.live:
+                raise KafkaApiError(ErrorCode.BROKER_NOT_AVAILABLE)
+            self.shutting_down.add(broker)
+            live = set(self.live) - self.shutting_down
+            keys = [k for k in self._all_keys() if broker in self._state(k).replicas]
+            for _ in range(STATE_WRITE_ATTEMPTS):
+                changes = []
+                for k in keys:
+                    st = self._state(k)
+                    after = shut_down_broker(st, broker, live)
+                    if after != st:
+                        if after.leader == st.leader and after.leader_epoch == st.leader_epoch:
+                            after = PartitionState(after.leader, st.leader_epoch + 1, after.isr, after.replicas)
+                        changes.append((k[0], k[1], after))
+                if await self._write_states(changes, keys):
+                    break
+            else:
+                raise StoreError("could not record the controlled shutdown")
+            changed = [(t, p) for t, p, _ in changes]
+            await self._propagate(changed)
+            # The stopping broker stops fetching what it no longer leads (its logs stay).
+            follows = [k for k in keys if self._state(k).leader != broker]
+            if follows:
+                await self._send(broker, STOP_REPLICA_KEY, self._stop_replica(follows, delete=False))
+            # Still led there with another live ISR member to take over: the broker asks again. A
+            # partition with no such member stays led there (Kafka keeps retrying; nothing can move).
+            remaining = [k for k in keys if self._state(k).leader == broker
+                         and any(r != broker and r in live for r in self._state(k).isr)]
+            log.info("controlled shutdown of broker %d: %d partition(s) moved, %d still led there", broker,
+                     len(changed), len(remaining))
+            return remaining
+
+    # ------------------------------------------------------------------------------ topic changes
+    async def create_topics(self, infos: list[TopicInfo]) -> None:
+        """Record planned topics (one multi, fenced), then tell the brokers."""
+        ops = self.lease.fenced(self.cluster.creation_ops(infos))
+        await self.run_store(self.store.multi, ops)
+        keys: list[Key] = []
+        for info in infos:
+            self.cluster.publish(info)
+            keys.extend((info.name, p) for p in info.partitions)
+            log.info("created topic %s with %d partition(s)", info.name, len(info.partitions))
+        await self._propagate(keys, new=True)
+
+    async def add_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
+        await self.run_store(self.store.multi, self.lease.fenced(self.cluster.partition_ops(plans)))
+        keys: list[Key] = []
+        for old, new in plans:
+            self.cluster.publish_partitions(new)
+            keys.extend((new.name, p) for p in new.partitions if p not in old.partitions)
+        await self._propagate(keys, new=True)
+
+    async def delete_topics(self, infos: list[TopicInfo]) -> None:
+        await self.run_store(self.store.multi, self.lease.fenced(self.cluster.deletion_mark_ops(infos)))
+        names = [i.name for i in infos]
+        self.cluster.unpublish(names)
+        live = set(self.live)
+        await self._update_metadata(live, [], deleted=infos)
+        by_broker: dict[int, list[Key]] = {}
+        for info in infos:
+            for p, st in info.partitions.items():
+                for r in st.replicas:
+                    by_broker.setdefault(r, []).append((info.name, p))
+        await asyncio.gather(*(self._send(b, STOP_REPLICA_KEY, self._stop_replica(keys, delete=True))
+                               for b, keys in by_broker.items() if b in live))
+        await self.run_store(self.cluster.complete_deletions, names)
+        self.cluster.finish_deletions(names)
+        for name in names:
+            log.info("deleted topic %s", name)
+
+    async def retry_pending_deletions(self) -> None:
+        if self.cluster.pending_deletions:
+            names = sorted(self.cluster.pending_deletions)
+            try:
+                await self.run_store(self.cluster.complete_deletions, names)
+            except StoreError as e:
+                log.warning("the deletion of %s is not finished: %s", names, e)
+                return
+            self.cluster.finish_deletions(names)
+
+    # ------------------------------------------------------------------------------ requests
+    async def _propagate(self, keys: list[Key], new: bool = False) -> None:
+        """UpdateMetadata with `keys` to every live broker, then LeaderAndIsr to their replicas
+        (Kafka's order for new partitions: the metadata first, so leaders can answer)."""
+        live = set(self.live)
+        await self._update_metadata(live, keys)
+        by_broker: dict[int, list[Key]] = {}
+        for k in keys:
+            for r in self._state(k).replicas:
+                if r in live:
+                    by_broker.setdefault(r, []).append(k)
+        await asyncio.gather(*(self._send(b, LEADER_AND_ISR_KEY, self._leader_and_isr(ks, new))
+                               for b, ks in by_broker.items()))
+
+    async def _send_everything(self, live: set[int], leader_and_isr_to: set[int] | None = None,
+                               skip: Iterable[Key] = ()) -> None:
+        keys = self._all_keys()
+        await self._update_metadata(live, keys)
+        targets = live if leader_and_isr_to is None else leader_and_isr_to & live
+        sends = []
+        for b in targets:
+            mine = [k for k in keys if b in self._state(k).replicas]
+            if mine:
+                sends.append(self._send(b, LEADER_AND_ISR_KEY, self._leader_and_isr(mine, False)))
+        await asyncio.gather(*sends)
+
+    async def _update_metadata(self, brokers: set[int], keys: list[Key],
+                               deleted: Iterable[TopicInfo] = ()) -> None:
+        request = self._update_metadata_request(keys, deleted)
+        await asyncio.gather(*(self._send(b, UPDATE_METADATA_KEY, request) for b in brokers))
+
+    async def _send(self, broker: int, api_key: int, request: Any) -> Any:
+        lock = self._send_locks.setdefault(broker, asyncio.Lock())
+        async with lock:
+            if not self.active:
+                return None
+            try:
+                response = await self.channels.request("controller", broker, api_key, request,
+                                                       timeout_ms=self.request_timeout_ms)
+            except BrokerUnreachable as e:
+                log.warning("controller request %d to broker %d failed: %s", api_key, broker, e)
+                return None
+            code = getattr(response, "error_code", 0)
+            if code:
+                log.warning("broker %d answered controller request %d with %s", broker, api_key,
+                            for_code(code).name)
+            return response
+
+    def _leader_and_isr(self, keys: list[Key], new: bool) -> lm.LeaderAndIsrRequest:
+        topics: dict[str, list[lm.LeaderAndIsrPartitionState]] = {}
+        leaders: set[int] = set()
+        for t, p in keys:
+            st = self._state((t, p))
+            leaders.add(st.leader)
+            topics.setdefault(t, []).append(lm.LeaderAndIsrPartitionState(
+                topic_name=t, partition_index=p, controller_epoch=self.epoch, leader=st.leader,
+                leader_epoch=st.leader_epoch, isr=list(st.isr), partition_epoch=self.cluster.state_versions.get((t, p), 0),
+                replicas=list(st.replicas), adding_replicas=[], removing_replicas=[], is_new=new))
+        live_leaders = []
+        for b in sorted(leaders):
+            node = self.live.get(b)
+            if node is not None:
+                eps = parse_endpoints(node)
+                if eps:
+                    live_leaders.append(lm.LeaderAndIsrLiveLeader(broker_id=b, host_name=eps[0].host, port=eps[0].port))
+        return lm.LeaderAndIsrRequest(
+            controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=-1, type=0,
+            topic_states=[lm.LeaderAndIsrTopicState(topic_name=t, topic_id=self.cluster.image.get(t).topic_id,  # type: ignore[union-attr]
+                                                    partition_states=ps) for t, ps in topics.items()],
+            ungrouped_partition_states=[s for ps in topics.values() for s in ps],
+            live_leaders=live_leaders)
+
+    def _update_metadata_request(self, keys: list[Key], deleted: Iterable[TopicInfo]) -> um.UpdateMetadataRequest:
+        topics: dict[str, list[um.UpdateMetadataPartitionState]] = {}
+        ids = {}
+        offline_live = set(self.live)
+        for t, p in keys:
+            info = self.cluster.image.get(t)
+            if info is None:
+                continue
+            st = info.partitions[p]
+            ids[t] = info.topic_id
+            topics.setdefault(t, []).append(um.UpdateMetadataPartitionState(
+                topic_name=t, partition_index=p, controller_epoch=self.epoch, leader=st.leader,
+                leader_epoch=st.leader_epoch, isr=list(st.isr), zk_version=self.cluster.state_versions.get((t, p), 0),
+                replicas=list(st.replicas), offline_replicas=[r for r in st.replicas if r not in offline_live]))
+        for info in deleted:
+            ids[info.name] = info.topic_id
+            topics[info.name] = [um.UpdateMetadataPartitionState(
+                topic_name=info.name, partition_index=p, controller_epoch=self.epoch, leader=LEADER_DURING_DELETE,
+                leader_epoch=st.leader_epoch, isr=list(st.isr), zk_version=0, replicas=list(st.replicas),
+                offline_replicas=[]) for p, st in info.partitions.items()]
+        brokers = []
+        for b, node in sorted(self.live.items()):
+            eps = parse_endpoints(node)
+            brokers.append(um.UpdateMetadataBroker(
+                id=b, v0_host=eps[0].host if eps else "", v0_port=eps[0].port if eps else 0,
+                endpoints=[um.UpdateMetadataEndpoint(port=e.port, host=e.host, listener=e.listener,
+                                                     security_protocol=SECURITY_PROTOCOLS.get(e.security_protocol, 0))
+                           for e in eps],
+                rack=node.get("rack")))
+        return um.UpdateMetadataRequest(
+            controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=-1,
+            topic_states=[um.UpdateMetadataTopicState(topic_name=t, topic_id=ids[t], partition_states=ps)
+                          for t, ps in topics.items()],
+            ungrouped_partition_states=[s for ps in topics.values() for s in ps],
+            live_brokers=brokers)
+
+    def _stop_replica(self, keys: list[Key], delete: bool) -> sm.StopReplicaRequest:
+        by_topic: dict[str, list[int]] = {}
+        for t, p in keys:
+            by_topic.setdefault(t, []).append(p)
+        return sm.StopReplicaRequest(
+            controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=-1, delete_partitions=delete,
+            ungrouped_partitions=[sm.StopReplicaPartitionV0(topic_name=t, partition_index=p) for t, p in keys],
+            topics=[sm.StopReplicaTopicV1(name=t, partition_indexes=ps) for t, ps in by_topic.items()],
+            topic_states=[sm.StopReplicaTopicState(topic_name=t, partition_states=[
+                sm.StopReplicaPartitionState(partition_index=p, leader_epoch=-1, delete_partition=delete) for p in ps])
+                for t, ps in by_topic.items()])
+
