@@ -115,3 +115,75 @@ def test_the_controller_killed_another_takes_over(cluster):
     wait_for("every broker back", lambda: len(cluster.metadata().brokers) == 3)
     for topic in ("copied", "chase", "quorum"):
         wait_for(f"{topic} whole", lambda t=topic: _all_in_sync(cluster, t), timeout=90)
+
+
+def test_a_paused_leader_is_replaced_and_rejoins_after_truncating(cluster):
+    """SIGSTOP of the leader past replica.lag.time.max.ms and its ZooKeeper session: another broker
+    leads, writes go on; after SIGCONT the paused broker registers again, follows, and catches up."""
+    import os
+    import signal
+    cluster.create_topic("paused", 1, 3, {"min.insync.replicas": "2"})
+    p = CountingProducer(cluster.bootstrap, "paused", rate_per_s=2000)
+    p.start()
+    try:
+        wait_for("writes acknowledged", lambda: p.acked_count() >= 1000)
+        leader = cluster.leader_of("paused", 0)
+        os.kill(cluster.brokers[leader].pid, signal.SIGSTOP)
+        try:
+            wait_for("another leader", lambda: cluster.leader_of("paused", 0) not in (-1, leader), timeout=60)
+            before = p.acked_count()
+            wait_for("writes going on without it", lambda: p.acked_count() > before + 1000, timeout=60)
+            assert leader not in cluster.partition_states("paused")[0].isrs
+        finally:
+            os.kill(cluster.brokers[leader].pid, signal.SIGCONT)
+        wait_for("the paused broker back in the ISR", lambda: _all_in_sync(cluster, "paused"), timeout=90)
+        mark = p.acked_count()
+        wait_for("writes after its return", lambda: p.acked_count() > mark + 500)
+    finally:
+        p.stop()
+    lost, duplicated = p.checker.report(read_all(cluster.bootstrap, "paused", 1))
+    assert not lost and not duplicated, (len(lost), len(duplicated))
+    assert "registered again" in cluster.brokers[leader].log_text()
+
+
+def _replicas(cluster: Cluster, topic: str) -> list[int]:
+    return list(cluster.partition_states(topic)[0].replicas)
+
+
+def _write(cluster: Cluster, topic: str, values: range, acks: str) -> None:
+    pr = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "message.timeout.ms": 30000})
+    errors: list = []
+    for v in values:
+        pr.produce(topic, str(v).encode(), on_delivery=lambda err, msg: err and errors.append(err))
+    assert pr.flush(60) == 0 and not errors, errors
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_every_isr_member_dead(cluster, unclean):
+    """Unclean election off: the partition stays offline until an ISR member returns, and nothing is
+    lost. On: a replica outside the ISR leads, and what only the old ISR had is lost and logged."""
+    topic = f"unclean-{'on' if unclean else 'off'}"
+    cluster.create_topic(topic, 1, 2, {"unclean.leader.election.enable": str(unclean).lower()})
+    first, second = _replicas(cluster, topic)
+    _write(cluster, topic, range(0, 100), "all")      # both replicas have these
+    cluster.brokers[second].kill()                      # the follower: the ISR shrinks to the leader
+    wait_for("the ISR down to the leader", lambda: cluster.partition_states(topic)[0].isrs == [first])
+    _write(cluster, topic, range(100, 200), "1")        # only the leader has these
+    cluster.brokers[first].kill()
+    wait_for("the partition offline", lambda: cluster.partition_states(topic)[0].leader == -1)
+    cluster.brokers[second].start()
+    if not unclean:
+        wait_for("the returning replica registered", lambda: second in [b for b in cluster.metadata().brokers])
+        assert cluster.partition_states(topic)[0].leader == -1     # it is not in the ISR: no leader
+        cluster.brokers[first].start()
+        wait_for("the ISR member leading again", lambda: cluster.partition_states(topic)[0].leader == first)
+        assert sorted(read_all(cluster.bootstrap, topic, 1)) == list(range(200))
+    else:
+        wait_for("the out-of-sync replica leading", lambda: cluster.partition_states(topic)[0].leader == second)
+        assert sorted(read_all(cluster.bootstrap, topic, 1)) == list(range(100))
+        controller = cluster.brokers[cluster.controller_id()]
+        assert f"unclean leader election for {topic}-0" in controller.log_text()
+        cluster.brokers[first].start()
+    wait_for(f"{topic} whole again", lambda: _all_in_sync(cluster, topic, 2), timeout=90)
+    expected = list(range(200)) if not unclean else list(range(100))
+    assert sorted(read_all(cluster.bootstrap, topic, 1)) == expected
