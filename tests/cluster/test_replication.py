@@ -187,3 +187,75 @@ def test_every_isr_member_dead(cluster, unclean):
     wait_for(f"{topic} whole again", lambda: _all_in_sync(cluster, topic, 2), timeout=90)
     expected = list(range(200)) if not unclean else list(range(100))
     assert sorted(read_all(cluster.bootstrap, topic, 1)) == expected
+
+
+def _coordinator_of(cluster: Cluster, group: str) -> int:
+    admin = cluster.admin()
+    desc = admin.describe_consumer_groups([group])[group].result(30)
+    return desc.coordinator.id
+
+
+def test_a_consumer_group_goes_on_when_its_coordinator_dies(cluster):
+    """confluent-kafka: the group's coordinator broker is killed; the group's offsets partition gets a
+    new leader, which loads the group; committed offsets are intact and consumption goes on."""
+    from confluent_kafka import Consumer, TopicPartition
+    cluster.create_topic("grouped", 3, 3, {"min.insync.replicas": "2"})
+    p = CountingProducer(cluster.bootstrap, "grouped", rate_per_s=20000)
+    p.start()
+    wait_for("3,000 records written", lambda: p.acked_count() >= 3000)
+    p.stop()
+    total = p.acked_count()
+    config = {"bootstrap.servers": cluster.bootstrap, "group.id": "survivors", "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "session.timeout.ms": 10000}
+    c = Consumer(config)
+    seen: set[int] = set()
+    try:
+        c.subscribe(["grouped"])
+        wait_for("a first part consumed", lambda: [seen.add(int(m.value())) for m in c.consume(500, 0.5)
+                                                   if not m.error()] is not None and len(seen) >= 1000)
+        c.commit(asynchronous=False)
+        committed = {tp.partition: tp.offset for tp in c.committed(
+            [TopicPartition("grouped", i) for i in range(3)], timeout=10)}
+        coordinator = _coordinator_of(cluster, "survivors")
+        cluster.brokers[coordinator].kill()
+        wait_for("every record consumed", lambda: [seen.add(int(m.value())) for m in c.consume(500, 0.5)
+                                                   if not m.error()] is not None and len(seen) >= total, timeout=90)
+        c.commit(asynchronous=False)
+        assert _coordinator_of(cluster, "survivors") != coordinator
+    finally:
+        c.close()
+    assert seen == p.checker.acked
+    check = Consumer({**config, "group.id": "survivors"})
+    try:
+        after = {tp.partition: tp.offset for tp in check.committed(
+            [TopicPartition("grouped", i) for i in range(3)], timeout=10)}
+    finally:
+        check.close()
+    assert all(after[i] >= committed[i] for i in range(3)) and sum(after.values()) == total, (committed, after)
+    cluster.brokers[coordinator].start()
+    wait_for("the killed coordinator back in every ISR", lambda: _all_in_sync(cluster, "grouped"), timeout=90)
+
+
+def test_kafka_python_group_goes_on_when_its_coordinator_dies(cluster):
+    from kafka import KafkaConsumer
+    cluster.create_topic("grouped-kp", 2, 3)
+    _write(cluster, "grouped-kp", range(2000), "all")
+    c = KafkaConsumer("grouped-kp", bootstrap_servers=cluster.bootstrap.split(","), group_id="kp-survivors",
+                      auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=1000)
+    seen: set[int] = set()
+    try:
+        def poll() -> int:
+            for records in c.poll(timeout_ms=500, max_records=500).values():
+                seen.update(int(r.value) for r in records)
+            return len(seen)
+        wait_for("a first part consumed", lambda: poll() >= 500)
+        c.commit()
+        coordinator = _coordinator_of(cluster, "kp-survivors")
+        cluster.brokers[coordinator].kill()
+        wait_for("every record consumed", lambda: poll() >= 2000, timeout=90)
+        wait_for("a commit accepted by the new coordinator", lambda: c.commit() is None, timeout=60)
+    finally:
+        c.close(autocommit=False)
+    assert seen == set(range(2000))
+    cluster.brokers[coordinator].start()
+    wait_for("the killed coordinator back", lambda: _all_in_sync(cluster, "grouped-kp"), timeout=90)

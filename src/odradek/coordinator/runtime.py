@@ -66,12 +66,17 @@ class CoordinatorLog(Protocol):
     @property
     def high_watermark(self) -> int: ...
 
+    @property
+    def log_end_offset(self) -> int:
+        """Where loading stops: a new leader's whole log (Kafka's group coordinator loads to the log
+        end; a leader's records past the high watermark become committed, the followers truncate to it)."""
+
     def append(self, batch: bytes, now_ms: int) -> int:
         """Append one batch as the leader and return the offset after it, without waiting for it to
         be committed (the runtime is told through `high_watermark_advanced`); raise on failure."""
 
     def read(self, start_offset: int, max_bytes: int) -> bytes:
-        """Whole batches from start_offset, about max_bytes (at least one batch)."""
+        """Whole batches from start_offset, about max_bytes (at least one batch), below the log end."""
 
 
 @dataclass(slots=True)
@@ -281,7 +286,7 @@ class GroupCoordinator:
         shard = GroupShard(partition, self.config, self.new_uuid)
         offset = log_.log_start_offset
         records = 0
-        while offset < log_.high_watermark:
+        while offset < log_.log_end_offset:
             buf = log_.read(offset, self.config.load_buffer_bytes)
             now = self.clock()
             next_offset = offset

@@ -51,6 +51,10 @@ class PartitionWriter:
     def high_watermark(self) -> int:
         return self.partition.high_watermark
 
+    @property
+    def log_end_offset(self) -> int:
+        return self.partition.log_end_offset
+
     def append(self, batch: bytes, now_ms: int) -> int:
         rules = topic_rules(self.metadata.topic_config(self.partition.topic))
         validated = validate(bytearray(batch), rules, now_ms)
@@ -60,7 +64,7 @@ class PartitionWriter:
         return result.last_offset + 1
 
     def read(self, start_offset: int, max_bytes: int) -> bytes:
-        slices = self.partition.log.read(start_offset, max_bytes, self.partition.high_watermark)
+        slices = self.partition.log.read(start_offset, max_bytes, self.partition.log_end_offset)
         return b"".join(s.read() for s in slices)
 
 

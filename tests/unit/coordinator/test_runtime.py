@@ -40,6 +40,10 @@ class MemoryLog:
     def high_watermark(self) -> int:
         return self.end
 
+    @property
+    def log_end_offset(self) -> int:
+        return self.end
+
     def append(self, batch: bytes, now_ms: int) -> int:
         if self.fail:
             raise OSError("disk on fire")
