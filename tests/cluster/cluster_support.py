@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.cluster.local_zookeeper import LocalZooKeeper
@@ -67,10 +67,24 @@ class Cluster:
         return self.admin().list_topics(topic=topic, timeout=10)
 
     def create_topic(self, name: str, partitions: int, replication: int, config: dict | None = None) -> None:
-        admin = self.admin()       # kept alive until the answer comes
-        futures = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
-                                      operation_timeout=30)
-        futures[name].result(60)
+        # Right after a broker (re)joins or the controller moves, the controller's view converges: a
+        # creation may meet NOT_CONTROLLER or too few registered brokers for a moment; ask again.
+        deadline = time.monotonic() + 30
+        while True:
+            admin = self.admin()       # kept alive until the answer comes
+            futures = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
+                                          operation_timeout=30)
+            try:
+                futures[name].result(60)
+                break
+            except KafkaException as e:
+                code = e.args[0].code()
+                if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    break
+                if code not in (KafkaError.NOT_CONTROLLER, KafkaError.INVALID_REPLICATION_FACTOR) \
+                        or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         wait_for(f"{name} led everywhere", lambda: self.partition_states(name) and all(
             p.leader >= 0 and len(p.isrs) == replication for p in self.partition_states(name).values()))
 

@@ -108,10 +108,13 @@ def test_two_of_three_down_refuses_acks_all_and_takes_acks_1(cluster):
 def test_the_controller_killed_another_takes_over(cluster):
     old = cluster.controller_id()
     cluster.brokers[old].kill()
-    new = wait_for("a new controller", lambda: (c := cluster.controller_id()) not in (-1, old) and c + 1, timeout=60)
-    assert new
-    cluster.create_topic("after-failover", 2, 2)
-    cluster.brokers[old].start()
+    try:
+        new = wait_for("a new controller", lambda: (c := cluster.controller_id()) not in (-1, old) and c + 1,
+                       timeout=60)
+        assert new
+        cluster.create_topic("after-failover", 2, 2)
+    finally:
+        cluster.brokers[old].start()
     wait_for("every broker back", lambda: len(cluster.metadata().brokers) == 3)
     for topic in ("copied", "chase", "quorum"):
         wait_for(f"{topic} whole", lambda t=topic: _all_in_sync(cluster, t), timeout=90)

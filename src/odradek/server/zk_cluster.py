@@ -183,7 +183,8 @@ class ZkCluster(EmbeddedController):
     # ------------------------------------------------------------------------------ controller election
     @property
     def is_active(self) -> bool:
-        return self.active is not None and self.active.active
+        """Elected: a topic change waits for the controller's lock, which loading holds."""
+        return self.active is not None
 
     def _controller_changed(self) -> None:
         self._spawn(self._elect_controller())
@@ -204,11 +205,27 @@ class ZkCluster(EmbeddedController):
                 self.lock = active.lock
                 self._set_controller_id(self.broker_id)
                 await active.start()
+                active.spawn(self._rebalance_leaders(active))
                 return
             holder = await self.run_store(current_controller, self.store)
         if holder != self.broker_id:
             self._resign()
         self._set_controller_id(holder if holder is not None else -1)
+
+    async def _rebalance_leaders(self, active: ActiveController) -> None:
+        """While this broker is the controller: auto.leader.rebalance.enable, every
+        leader.imbalance.check.interval.seconds."""
+        while active.active:
+            await asyncio.sleep(self.config.get("leader.imbalance.check.interval.seconds"))
+            if active.active and self.config.get("auto.leader.rebalance.enable"):
+                await active.rebalance_leaders(self.config.get("leader.imbalance.per.broker.percentage"))
+
+    async def elect_leaders(self, election_type: int,
+                            keys: list[tuple[str, int]] | None) -> dict[tuple[str, int], ErrorCode] | None:
+        """ElectLeaders on the controller; None on any other broker (NOT_CONTROLLER)."""
+        if self.active is None or not self.active.active:
+            return None
+        return await self.active.elect_leaders(election_type, keys)
 
     def _set_controller_id(self, controller_id: int) -> None:
         image = self.metadata.image

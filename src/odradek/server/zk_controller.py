@@ -212,31 +212,77 @@ class ActiveController:
         epoch, version = await self.run_store(controller_epoch, self.store)
         return version == self.lease.epoch_zk_version
 
-    async def elect_preferred(self, keys: Iterable[Key]) -> dict[Key, ErrorCode]:
-        """Preferred leader election (ElectLeaders type 0, auto.leader.rebalance.enable)."""
-        out: dict[Key, ErrorCode] = {}
+    async def elect_leaders(self, election_type: int, keys: Iterable[Key] | None) -> dict[Key, ErrorCode]:
+        """ElectLeaders (KIP-460): type 0 moves leadership to the preferred replica where it is alive
+        and in sync; type 1 elects a leader for offline partitions, outside the ISR if need be. `keys`
+        None means every partition. Per partition: NONE, ELECTION_NOT_NEEDED,
+        PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION."""
         async with self.lock:
-            changes = []
-            live = set(self.live) - self.shutting_down
-            for k in keys:
-                info = self.cluster.image.get(k[0])
-                if info is None or k[1] not in info.partitions:
-                    out[k] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                st = info.partitions[k[1]]
+            return await self._elect_leaders(election_type, keys)
+
+    async def _elect_leaders(self, election_type: int, keys: Iterable[Key] | None) -> dict[Key, ErrorCode]:
+        out: dict[Key, ErrorCode] = {}
+        live = set(self.live) - self.shutting_down
+        wanted = list(keys) if keys is not None else self._all_keys()
+        changes = []
+        for k in wanted:
+            info = self.cluster.image.get(k[0])
+            if info is None or k[1] not in info.partitions:
+                out[k] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            st = info.partitions[k[1]]
+            if election_type == 0:
                 after = elect_preferred(st, live)
                 if after == st:
-                    out[k] = ErrorCode.ELECTION_NOT_NEEDED if st.leader == st.replicas[0] \
+                    preferred = st.replicas[0] if st.replicas else NO_LEADER
+                    out[k] = ErrorCode.ELECTION_NOT_NEEDED if st.leader == preferred \
                         else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
                     continue
-                changes.append((k[0], k[1], after))
-                out[k] = ErrorCode.NONE
-            if changes and not await self._write_states(changes, [(t, p) for t, p, _ in changes]):
-                for t, p, _ in changes:
-                    out[(t, p)] = ErrorCode.NOT_CONTROLLER
-                return out
-            await self._propagate([(t, p) for t, p, _ in changes])
+            else:
+                if st.leader in live:
+                    out[k] = ErrorCode.ELECTION_NOT_NEEDED
+                    continue
+                after, unclean = elect_offline(st, live, True)
+                if after.leader not in live:
+                    out[k] = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+                    continue
+                if unclean:
+                    log.warning("unclean leader election for %s-%d (ElectLeaders): broker %d leads, records "
+                                "only the old ISR %s had are lost", k[0], k[1], after.leader, st.isr)
+            changes.append((k[0], k[1], after))
+            out[k] = ErrorCode.NONE
+        if changes and not await self._write_states(changes, [(t, p) for t, p, _ in changes]):
+            for t, p, _ in changes:
+                out[(t, p)] = ErrorCode.NOT_CONTROLLER if not self.active else ErrorCode.REQUEST_TIMED_OUT
+            return out
+        await self._propagate([(t, p) for t, p, _ in changes])
         return out
+
+    async def rebalance_leaders(self, imbalance_percentage: int) -> int:
+        """auto.leader.rebalance.enable: on each broker whose share of partitions not led by their
+        preferred replica is above `leader.imbalance.per.broker.percentage`, move leadership back to the
+        preferred replicas (Kafka's checkAndTriggerAutoLeaderRebalance). The number of elections."""
+        async with self.lock:
+            by_preferred: dict[int, list[Key]] = {}
+            for k in self._all_keys():
+                st = self._state(k)
+                if st.replicas:
+                    by_preferred.setdefault(st.replicas[0], []).append(k)
+            live = set(self.live) - self.shutting_down
+            todo: list[Key] = []
+            for broker, keys in by_preferred.items():
+                if broker not in live:
+                    continue
+                moved = [k for k in keys if self._state(k).leader != broker]
+                if moved and len(moved) * 100 / len(keys) > imbalance_percentage:
+                    todo.extend(k for k in moved if broker in self._state(k).isr)
+            if not todo:
+                return 0
+            results = await self._elect_leaders(0, todo)
+            done = sum(1 for c in results.values() if c is ErrorCode.NONE)
+            if done:
+                log.info("auto leader rebalance: %d partition(s) led by their preferred replica again", done)
+            return done
 
     async def controlled_shutdown(self, broker: int) -> list[Key]:
         """Move leadership off `broker` and take it out of ISRs; the partitions it still leads."""

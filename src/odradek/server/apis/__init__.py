@@ -21,6 +21,7 @@ from odradek.server.apis.groups import (
     handle_delete_groups, handle_describe_groups, handle_find_coordinator, handle_heartbeat, handle_join_group,
     handle_leave_group, handle_list_groups, handle_sync_group,
 )
+from odradek.server.apis.leaders import handle_elect_leaders
 from odradek.server.apis.list_offsets import handle_list_offsets
 from odradek.server.apis.metadata import handle_metadata
 from odradek.server.apis.offsets import handle_offset_commit, handle_offset_delete, handle_offset_fetch
@@ -54,6 +55,7 @@ HANDLERS: dict[int, HandlerFn] = {
     22: handle_init_producer_id,
     23: handle_offset_for_leader_epoch,
     42: handle_delete_groups,
+    43: handle_elect_leaders,
     32: handle_describe_configs,
     33: handle_alter_configs,
     35: handle_describe_log_dirs,
