@@ -14,6 +14,7 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from .cli_support import odradek
 from .groups_support import (
     Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, wait_caught_up,
 )
@@ -281,6 +282,41 @@ def test_member_chosen_server_assignor(broker, assignor):
         assert [len(p) for p in parts] in ([2, 3], [3, 2])
         if assignor == "range":
             assert all(p == list(range(p[0], p[0] + len(p))) for p in parts), parts   # contiguous ranges
+    finally:
+        for c in cs:
+            c.close()
+
+
+def test_cli_describe_shows_member_epochs_and_target_assignment(broker):
+    admin = admin_for(broker)
+    topic, group = "kip848-cli", "kip848-cli-group"
+    create_topic(admin, topic, 4)
+    cs = [ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+                       "client.id": f"cli-{i}"}) for i in range(2)]
+    try:
+        for c in cs:
+            c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while True:
+            for c in cs:
+                c.poll(0.05)
+            (g,) = odradek("groups", "describe", "--group", group, "--json", bootstrap=broker.bootstrap).ok().json()
+            if g["state"] == "Stable" and len(g["members"]) == 2:
+                break
+            assert time.monotonic() < deadline, g
+        assert g["type"] == "consumer" and g["assignor"] == "uniform"
+        assert g["group_epoch"] == g["assignment_epoch"] >= 2
+        owned = []
+        for m in g["members"]:
+            assert m["member_epoch"] == g["assignment_epoch"]
+            assert m["assignment"] == m["target_assignment"] and len(m["assignment"]) == 2
+            assert m["subscribed_topics"] == [topic]
+            owned += [p for _, p in m["assignment"]]
+        assert sorted(owned) == [0, 1, 2, 3]
+        text = odradek("groups", "describe", "--group", group, bootstrap=broker.bootstrap).ok().stdout
+        assert "MEMBER-EPOCH" in text and "TARGET-ASSIGNMENT" in text and "Assignment epoch" in text
+        listed = odradek("groups", "list", "--json", bootstrap=broker.bootstrap).ok().json()
+        assert {"group": group, "state": "Stable", "type": "consumer", "protocol_type": "consumer"} in listed
     finally:
         for c in cs:
             c.close()
