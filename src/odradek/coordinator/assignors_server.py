@@ -172,16 +172,29 @@ def _balance(subscribers: Mapping[TopicId, list[str]], owned: dict[str, dict[Top
              load: dict[str, int]) -> None:
     """Move partitions from a subscriber to a less-loaded subscriber of the same topic while their
     loads differ by more than one. Every move lowers the sum of squared loads, so this ends; the
-    passes are bounded anyway."""
+    passes are bounded anyway. Per topic, the most and least loaded subscribers come from two heaps
+    whose stale entries (a load changed since) are dropped when they surface."""
     for _ in range(len(load) + 1):
         moved = False
         for t, subs in subscribers.items():
             if len(subs) < 2:
                 continue
-            while True:
-                donor = max((m for m in subs if owned[m].get(t)), key=lambda m: (load[m], m), default=None)
-                taker = min(subs, key=lambda m: (load[m], m))
-                if donor is None or load[donor] - load[taker] <= 1:
+            donors = [(-load[m], m) for m in subs if owned[m].get(t)]
+            takers = [(load[m], m) for m in subs]
+            heapq.heapify(donors)
+            heapq.heapify(takers)
+            while donors and takers:
+                neg, donor = donors[0]
+                if -neg != load[donor] or not owned[donor].get(t):
+                    heapq.heappop(donors)
+                    if owned[donor].get(t) and -neg != load[donor]:
+                        heapq.heappush(donors, (-load[donor], donor))
+                    continue
+                n, taker = takers[0]
+                if n != load[taker]:
+                    heapq.heapreplace(takers, (load[taker], taker))
+                    continue
+                if load[donor] - load[taker] <= 1:
                     break
                 p = max(owned[donor][t])
                 owned[donor][t].discard(p)
@@ -189,6 +202,8 @@ def _balance(subscribers: Mapping[TopicId, list[str]], owned: dict[str, dict[Top
                 load[donor] -= 1
                 load[taker] += 1
                 moved = True
+                heapq.heappush(donors, (-load[taker], taker))
+                heapq.heappush(takers, (load[donor], donor))
         if not moved:
             return
 

@@ -118,6 +118,13 @@ def test_uniform_invariants_on_random_groups(seed):
     if homogeneous:
         counts = [sum(len(ps) for ps in parts.values()) for parts in first.values()]
         assert max(counts) - min(counts) <= 1
+    else:
+        # No partition could move to a subscriber of its topic and leave both within one.
+        load = {m: sum(len(ps) for ps in parts.values()) for m, parts in first.items()}
+        for m, parts in first.items():
+            for t in parts:
+                for other, s in members.items():
+                    assert t not in s.subscribed or load[m] - load[other] <= 1, (m, other, load)
     # One member joins: in a homogeneous group only the newcomer's quota moves.
     members["new"] = MemberSpec(subs if homogeneous else frozenset(rng.sample(topic_ids, 1)))
     second = assign("uniform", members, topics, first)

@@ -318,3 +318,23 @@ def test_replaying_the_records_rebuilds_the_same_groups():
     assert {g: x.durable_view() for g, x in rebuilt.consumer_groups.items()} \
         == {g: x.durable_view() for g, x in h.shard.consumer_groups.items()}
     assert rebuilt.consumer_groups[G].owners == h.shard.consumer_groups[G].owners
+
+
+def test_topic_growth_and_deletion_change_the_target():
+    h = Harness()
+    view = TopicsView({"orders": TopicMeta(T, 2), "users": TopicMeta(U, 1)})
+    a = Member(h, "a", topics=("orders", "users"))
+    a.join(view)
+    assert a.owned == {T: {0, 1}, U: {0}}
+    epoch = group(h).group_epoch
+    grown = TopicsView({"orders": TopicMeta(T, 3), "users": TopicMeta(U, 1)})
+    a.beat(grown)
+    assert a.owned == {T: {0, 1, 2}, U: {0}} and group(h).group_epoch == epoch + 1
+    deleted = TopicsView({"orders": TopicMeta(T, 3)})
+    a.beat(deleted)
+    assert a.owned == {T: {0, 1, 2}}
+    assert set(group(h).subscription_metadata) == {"orders"}
+    # The same name created again is a new topic id: a new partition set.
+    recreated = TopicsView({"orders": TopicMeta(T, 3), "users": TopicMeta(uuid.UUID(int=0xC), 2)})
+    a.beat(recreated)
+    assert a.owned == {T: {0, 1, 2}, uuid.UUID(int=0xC): {0, 1}}
