@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .cli_support import odradek
 from .groups_support import (
-    Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, wait_caught_up,
+    Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, ownership_intervals, wait_caught_up,
 )
 
 SESSION_MS = 6000
@@ -320,3 +320,47 @@ def test_cli_describe_shows_member_epochs_and_target_assignment(broker):
     finally:
         for c in cs:
             c.close()
+
+
+def test_paused_member_loses_its_partitions_and_rejoins(broker, tmp_path):
+    """SIGSTOP past the session timeout: the coordinator removes the member and the other takes its
+    partitions; after SIGCONT the member finds itself unknown, gives its partitions up and joins again."""
+    import signal
+    admin = admin_for(broker)
+    topic, group = "kip848-paused", "kip848-paused-group"
+    create_topic(admin, topic)
+    producer = ProducerThread(broker.bootstrap, topic, PARTITIONS, rate_per_s=200)
+    everyone: list[Member] = []
+    paused: dict[str, float] = {}
+    try:
+        a = Member("confluent", broker.bootstrap, topic, group, "a", tmp_path, group_protocol="consumer")
+        b = Member("confluent", broker.bootstrap, topic, group, "b", tmp_path, group_protocol="consumer")
+        everyone += [a, b]
+        wait_stable(admin, group, [a, b], 30)
+        b.proc.send_signal(signal.SIGSTOP)
+        paused[b.label] = time.time()
+        deadline = time.monotonic() + SESSION_MS / 1000 + 15
+        while broker_view(admin, group)[1] != {"a": list(range(PARTITIONS))}:
+            assert time.monotonic() < deadline, broker_view(admin, group)
+            time.sleep(0.2)
+        b.proc.send_signal(signal.SIGCONT)
+        wait_stable(admin, group, [a, b], 30)
+        acked = producer.stop()
+        wait_caught_up(admin, group, topic, acked, 30, [a, b])
+        for m in (a, b):
+            m.close()
+        # A stopped process is a zombie until it runs again and hears it was removed: it processes
+        # nothing meanwhile (and its commits would be refused), so its ownership ends at the stop.
+        stopped_at = paused[b.label]
+        for p_, spans in ownership_intervals(everyone).items():
+            spans = sorted((start, min(end, stopped_at) if name == b.label and start < stopped_at else end, name)
+                           for start, end, name in spans)
+            for (s1, e1, n1), (s2, e2, n2) in zip(spans, spans[1:]):
+                assert s2 >= e1 or n1 == n2, f"partition {p_} owned by {n1} until {e1} and by {n2} from {s2}"
+        assert_nothing_skipped(acked, everyone)
+    finally:
+        producer.abandon()
+        for m in everyone:
+            if m.alive:
+                m.proc.send_signal(signal.SIGCONT)
+                m.kill()
