@@ -5,7 +5,7 @@ synchronous runtime stand-in (`harness.Harness`), which writes real batch bytes.
 
 import uuid
 
-from odradek.coordinator import consumer_admin, consumer_heartbeat
+from odradek.coordinator import admin, consumer_admin, consumer_heartbeat
 from odradek.coordinator.consumer_group import MemberState, TopicsView
 from odradek.coordinator.consumer_records import (
     CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
@@ -13,10 +13,11 @@ from odradek.coordinator.consumer_records import (
 from odradek.coordinator.membership import Caller
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import consumer_group_heartbeat as cgh
+from odradek.protocol.messages.join_group import JoinGroupRequest, JoinGroupRequestProtocol
 from odradek.protocol.messages.offset_commit import (
     OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 )
-from tests.unit.coordinator.harness import Harness
+from tests.unit.coordinator.harness import GROUP, Harness, subscription
 
 G = "cg"
 T = uuid.UUID(int=0xA)
@@ -28,14 +29,14 @@ class Member:
     """One client of the protocol: remembers its epoch and what it owns, as a consumer does."""
 
     def __init__(self, h: Harness, member_id: str, *, topics=("orders",), regex=None, instance=None,
-                 assignor=None, rebalance_ms=30_000):
-        self.h, self.member_id, self.instance = h, member_id, instance
+                 assignor=None, rebalance_ms=30_000, group=G):
+        self.h, self.member_id, self.instance, self.group = h, member_id, instance, group
         self.topics, self.regex, self.assignor, self.rebalance_ms = topics, regex, assignor, rebalance_ms
         self.epoch = 0
         self.owned: dict[uuid.UUID, set[int]] = {}
 
     def request(self, epoch, **kw):
-        fields = dict(group_id=G, member_id=self.member_id, member_epoch=epoch, instance_id=self.instance)
+        fields = dict(group_id=self.group, member_id=self.member_id, member_epoch=epoch, instance_id=self.instance)
         fields.update(kw)
         return cgh.ConsumerGroupHeartbeatRequest(**fields)
 
@@ -338,3 +339,29 @@ def test_topic_growth_and_deletion_change_the_target():
     recreated = TopicsView({"orders": TopicMeta(T, 3), "users": TopicMeta(uuid.UUID(int=0xC), 2)})
     a.beat(recreated)
     assert a.owned == {T: {0, 1, 2}, uuid.UUID(int=0xC): {0, 1}}
+
+
+def test_offline_upgrade_and_downgrade_between_classic_and_consumer_groups():
+    h = Harness()
+    (leader,) = h.stable_group(1)
+    assert Member(h, "x", group=GROUP).join().error_code == ErrorCode.GROUP_ID_NOT_FOUND   # it has members
+    h.commit({("orders", 0): 42}, member_id=leader, generation=h.group.generation)
+    h.leave(leader)
+    # An Empty classic group becomes a consumer group; its offsets stay.
+    m = Member(h, "m", group=GROUP)
+    assert m.join().error_code == ErrorCode.NONE
+    assert GROUP in h.shard.consumer_groups and h.fetch([("orders", [0])]) == {("orders", 0): 42}
+    assert [g.group_type for g in admin.list_groups(h.shard, set(), set())
+            + consumer_admin.list_groups(h.shard, set(), set())] == ["consumer"]
+    rebuilt = h.rebuilt()
+    assert GROUP in rebuilt.consumer_groups and rebuilt.group(GROUP).offsets[("orders", 0)].offset == 42
+    # A classic member cannot join while the consumer group has members ...
+    req = JoinGroupRequest(group_id=GROUP, session_timeout_ms=10_000, rebalance_timeout_ms=30_000, member_id="",
+                           protocol_type="consumer",
+                           protocols=[JoinGroupRequestProtocol(name="range", metadata=subscription("orders"))])
+    caller = Caller("client", "/127.0.0.1", 5)
+    assert h.run(consumer_admin.join_group, req, caller).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # ... and turns the Empty consumer group back into a classic one.
+    m.leave()
+    assert h.run(consumer_admin.join_group, req, caller).error_code == ErrorCode.MEMBER_ID_REQUIRED
+    assert GROUP not in h.shard.consumer_groups and h.fetch([("orders", [0])]) == {("orders", 0): 42}
