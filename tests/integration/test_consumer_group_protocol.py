@@ -364,3 +364,21 @@ def test_paused_member_loses_its_partitions_and_rejoins(broker, tmp_path):
             if m.alive:
                 m.proc.send_signal(signal.SIGCONT)
                 m.kill()
+
+
+def test_consumer_protocol_can_be_switched_off(broker_factory):
+    """group.coordinator.rebalance.protocols without "consumer": the broker offers neither
+    ConsumerGroupHeartbeat nor ConsumerGroupDescribe (read by kafka-python's ApiVersions)."""
+    from kafka import KafkaAdminClient
+
+    def offered(b) -> set[int]:
+        k = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+        try:
+            return {int(key) for key in k.api_versions()}
+        finally:
+            k.close()
+
+    on = broker_factory()
+    assert {68, 69} <= offered(on)
+    off = broker_factory(**{"group.coordinator.rebalance.protocols": "classic"})
+    assert not {68, 69} & offered(off)

@@ -8,11 +8,14 @@ ApiVersionsRequest.isValid decides. An unsupported request version is answered i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import APIS, api_versions as m
 from odradek.server.context import RequestContext
+
+H = TypeVar("H")
 
 # Versions Apache Kafka marks unstable (latestVersionUnstable) are declared but not advertised.
 CONSUMER_GROUP_HEARTBEAT = 68
@@ -23,6 +26,17 @@ GROUP_VERSION = "group.version"
 GROUP_VERSION_LEVEL = 1
 FINALIZED_FEATURES_EPOCH = 1
 SOFTWARE_NAME_OR_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+CONSUMER_PROTOCOL_APIS = frozenset({68, 69})   # ConsumerGroupHeartbeat, ConsumerGroupDescribe
+
+
+def enabled_handlers(handlers: Mapping[int, H], rebalance_protocols: Iterable[str]) -> dict[int, H]:
+    """The handler table without the consumer group protocol's APIs when
+    `group.coordinator.rebalance.protocols` leaves out "consumer" (Kafka then does not offer them)."""
+    if "consumer" in rebalance_protocols:
+        return dict(handlers)
+    return {k: h for k, h in handlers.items() if k not in CONSUMER_PROTOCOL_APIS}
 
 
 def supported(handlers: Iterable[int]) -> list[m.ApiVersion]:
