@@ -152,32 +152,18 @@ def _group_for(shard: GroupShard, group_id: str, joining: bool, out: Outcome) ->
 def _heartbeat(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, caller: Caller, topics: TopicsView,
                now_ms: int) -> Outcome:
     gid = req.group_id
-    joining = req.member_epoch == 0
     out = Outcome()
-    group = _group_for(shard, gid, joining, out)
+    group = _group_for(shard, gid, req.member_epoch == 0, out)
     member_id = req.member_id or shard.new_uuid()
     if len(group.members) >= shard.config.consumer_max_size and member_id not in group.members:
         raise Refused(ErrorCode.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
                       f"{shard.config.consumer_max_size} members.")
     member, replaced = _resolve_member(group, req, member_id)
-    old_subscription = member.subscription
-    subscription = _updated_subscription(member, req, caller)
-    updated = member.with_subscription(subscription)
-    if replaced is not None:
-        out.records += remove_member_records(gid, replaced.member_id)
-        updated = updated.with_current(CurrentAssignment(0, 0, MemberState.STABLE, replaced.assigned, {}))
-    new_member = member_id not in group.members
-    bump = group.group_epoch == 0
-    if new_member or subscription != old_subscription:
-        out.records.append(MemberRecord(gid, member_id, subscription))
-        if set(subscription.subscribed_topic_names) != set(old_subscription.subscribed_topic_names) \
-                or subscription.subscribed_topic_regex != old_subscription.subscribed_topic_regex:
-            log.info("group %s: member %s subscribes to %s%s", gid, member_id,
-                     sorted(subscription.subscribed_topic_names),
-                     f" and /{subscription.subscribed_topic_regex}/" if subscription.subscribed_topic_regex else "")
-            bump = True
+    # 1. The member and its subscription.
+    updated, bump = _update_member(group, member, replaced, req, caller, out)
     members = {m_id: m for m_id, m in group.members.items() if replaced is None or m_id != replaced.member_id}
     members[member_id] = updated
+    # 2. The group epoch: a changed subscription, or changed metadata of the subscribed topics.
     metadata = group.subscription_metadata
     if bump or group.metadata_view is not topics or group.group_epoch > group.assignment_epoch:
         metadata = subscription_metadata(members.values(), topics)
@@ -190,38 +176,74 @@ def _heartbeat(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, caller
         group_epoch += 1
         out.records.append(GroupEpochRecord(gid, group_epoch))
         log.info("group %s: bumped the group epoch to %d", gid, group_epoch)
-    target_epoch = group.assignment_epoch
-    current_target = dict(group.target)
-    if replaced is not None:
-        current_target[member_id] = current_target.pop(replaced.member_id, {})
-        out.records.append(TargetMemberRecord(gid, member_id, current_target[member_id]))
-    if group_epoch > target_epoch:
-        target = compute_target(shard, gid, group_epoch, members, metadata, topics, current_target)
-        out.records += [TargetMemberRecord(gid, m, parts) for m, parts in target.items()
-                        if current_target.get(m) != parts or (m == member_id and replaced is None and new_member)]
-        out.records.append(TargetEpochRecord(gid, group_epoch))
-        target_epoch = group_epoch
-        member_target: Partitions = target.get(member_id, {})
-    else:
-        member_target = current_target.get(member_id, {})
+    # 3. The target assignment.
+    target_epoch, member_target = _update_target(shard, group, group_epoch, members, metadata, topics, member_id,
+                                                 replaced, out)
+    # 4. Reconciliation: partitions another member still owns are not handed out yet.
     gone = replaced.member_id if replaced is not None else None
     subscribed_ids = {metadata[n].topic_id for n in updated.subscribed_names(topics) if n in metadata}
     current = reconcile(updated, target_epoch, member_target, req.topic_partitions, subscribed_ids,
                         lambda t, p: group.owners.get((t, p)) in (None, member_id, gone))
-    if current != updated.current or replaced is not None or new_member:
+    if current != updated.current or replaced is not None or member_id not in group.members:
         out.records.append(CurrentAssignmentRecord(gid, member_id, current))
     shard.schedule(session_timer(gid, member_id), now_ms + shard.config.consumer_session_timeout_ms)
+    out.response = _response(shard, req, member, member_id, current)
+    return out
+
+
+def _update_member(group: ConsumerGroup, member: ConsumerMember, replaced: ConsumerMember | None,
+                   req: cgh.ConsumerGroupHeartbeatRequest, caller: Caller, out: Outcome) -> tuple[ConsumerMember, bool]:
+    """(the member with the request's subscription, whether the group epoch must go up)."""
+    gid, member_id = group.group_id, member.member_id
+    old = member.subscription
+    subscription = _updated_subscription(member, req, caller)
+    updated = member.with_subscription(subscription)
+    if replaced is not None:
+        out.records += remove_member_records(gid, replaced.member_id)
+        updated = updated.with_current(CurrentAssignment(0, 0, MemberState.STABLE, replaced.assigned, {}))
+    bump = group.group_epoch == 0
+    if member_id not in group.members or subscription != old:
+        out.records.append(MemberRecord(gid, member_id, subscription))
+        if set(subscription.subscribed_topic_names) != set(old.subscribed_topic_names) \
+                or subscription.subscribed_topic_regex != old.subscribed_topic_regex:
+            log.info("group %s: member %s subscribes to %s%s", gid, member_id,
+                     sorted(subscription.subscribed_topic_names),
+                     f" and /{subscription.subscribed_topic_regex}/" if subscription.subscribed_topic_regex else "")
+            bump = True
+    return updated, bump
+
+
+def _update_target(shard: GroupShard, group: ConsumerGroup, group_epoch: int, members: Mapping[str, ConsumerMember],
+                   metadata: Mapping[str, TopicMeta], topics: TopicsView, member_id: str,
+                   replaced: ConsumerMember | None, out: Outcome) -> tuple[int, Partitions]:
+    """(target assignment epoch, the member's target); a new target when the group epoch is ahead, its
+    changes written. A static member that replaces another inherits that member's target."""
+    gid = group.group_id
+    current_target = dict(group.target)
+    if replaced is not None:
+        current_target[member_id] = current_target.pop(replaced.member_id, {})
+        out.records.append(TargetMemberRecord(gid, member_id, current_target[member_id]))
+    if group_epoch <= group.assignment_epoch:
+        return group.assignment_epoch, current_target.get(member_id, {})
+    target = compute_target(shard, gid, group_epoch, members, metadata, topics, current_target)
+    out.records += [TargetMemberRecord(gid, m, parts) for m, parts in target.items() if current_target.get(m) != parts]
+    out.records.append(TargetEpochRecord(gid, group_epoch))
+    return group_epoch, target.get(member_id, {})
+
+
+def _response(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, before: ConsumerMember, member_id: str,
+              current: CurrentAssignment) -> cgh.ConsumerGroupHeartbeatResponse:
+    """The assignment goes out when the member joined, sent a full request, or it changed."""
     response = cgh.ConsumerGroupHeartbeatResponse(
         error_code=ErrorCode.NONE, member_id=member_id, member_epoch=current.member_epoch,
         heartbeat_interval_ms=shard.config.consumer_heartbeat_interval_ms)
-    full = joining or (req.rebalance_timeout_ms != -1 and req.topic_partitions is not None
-                       and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
-    if full or current.assigned != member.assigned:
+    full = req.member_epoch == 0 or (req.rebalance_timeout_ms != -1 and req.topic_partitions is not None and (
+        req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
+    if full or current.assigned != before.assigned:
         response.assignment = cgh.Assignment(topic_partitions=[
             cgh.TopicPartitions(topic_id=t, partitions=sorted(ps))
             for t, ps in sorted(current.assigned.items(), key=lambda kv: str(kv[0]))])
-    out.response = response
-    return out
+    return response
 
 
 def _resolve_member(group: ConsumerGroup, req: cgh.ConsumerGroupHeartbeatRequest,
