@@ -9,6 +9,7 @@ the GroupType of ListGroups, and the member epoch that fences offset commits and
 - DeleteGroups: only an Empty consumer group; its records and offsets get tombstones.
 - JoinGroup on a consumer group: an Empty one is replaced by the classic group; one with members
   answers INCONSISTENT_GROUP_PROTOCOL (classic members joining a consumer group is not supported).
+- OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC for a topic some member subscribes to.
 - OffsetCommit: a consumer group accepts a commit from a member at its current epoch (STALE_MEMBER_EPOCH
   otherwise, UNKNOWN_MEMBER_ID for a stranger, UNSUPPORTED_VERSION below v9), or with epoch -1 when it
   has no members (tools, `assign()` consumers). OffsetFetch v9+ with a member id checks the same epoch.
@@ -178,6 +179,20 @@ def commit_offsets(shard: GroupShard, req: OffsetCommitRequest, api_version: int
                   req.generation_id_or_member_epoch, error.name)
     out.response = OffsetCommitResponse(throttle_time_ms=0, topics=topics)
     return out
+
+
+def delete_offsets(shard: GroupShard, group_id: str, topics: list[tuple[str, list[int]]],
+                   topic_error: offs.TopicError, now_ms: int) -> Outcome:
+    """OffsetDelete: a consumer group refuses GROUP_SUBSCRIBED_TO_TOPIC for a topic a member subscribes to."""
+    g = shard.consumer_groups.get(group_id)
+    if g is None:
+        return offs.delete_offsets(shard, group_id, topics, topic_error, now_ms)
+    subscribed = g.subscribed_topic_names()
+
+    def error(name: str | None) -> ErrorCode:
+        code = topic_error(name)
+        return ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if not code and name in subscribed else code
+    return offs.delete_offsets(shard, group_id, topics, error, now_ms)
 
 
 def fetch_offsets(shard: GroupShard, group_id: str, member_id: str | None, member_epoch: int,

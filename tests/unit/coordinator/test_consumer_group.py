@@ -365,3 +365,17 @@ def test_offline_upgrade_and_downgrade_between_classic_and_consumer_groups():
     m.leave()
     assert h.run(consumer_admin.join_group, req, caller).error_code == ErrorCode.MEMBER_ID_REQUIRED
     assert GROUP not in h.shard.consumer_groups and h.fetch([("orders", [0])]) == {("orders", 0): 42}
+
+
+def test_offset_delete_refuses_subscribed_topics():
+    h = Harness()
+    a = Member(h, "a")
+    a.join()
+    req = OffsetCommitRequest(group_id=G, member_id="a", generation_id_or_member_epoch=a.epoch, topics=[
+        OffsetCommitRequestTopic(name=t, partitions=[OffsetCommitRequestPartition(partition_index=0, committed_offset=3)])
+        for t in ("orders", "old")])
+    h.run(consumer_admin.commit_offsets, req, 9, lambda name: ErrorCode.NONE)
+    code, results = h.run(consumer_admin.delete_offsets, G, [("orders", [0]), ("old", [0])], lambda name: ErrorCode.NONE)
+    assert code == ErrorCode.NONE
+    assert dict(results) == {"orders": [(0, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)], "old": [(0, ErrorCode.NONE)]}
+    assert h.fetch([("orders", [0]), ("old", [0])], group=G) == {("orders", 0): 3, ("old", 0): -1}

@@ -160,7 +160,7 @@ async def handle_offset_delete(ctx: RequestContext, request: od.OffsetDeleteRequ
     topics = [(t.name, kept) for t in request.topics
               if (kept := [p.partition_index for p in t.partitions if (t.name, p.partition_index) not in refused])]
     try:   # even with nothing left to delete: the group's own errors are answered (GROUP_ID_NOT_FOUND)
-        code, results = await run(ctx, request.group_id, ops.delete_offsets, request.group_id, topics,
+        code, results = await run(ctx, request.group_id, consumer_admin.delete_offsets, request.group_id, topics,
                                   _topic_error(image, False))
     except CoordinatorError as e:
         code, results = e.code, []
