@@ -144,6 +144,13 @@ def run_confluent(w: Worker) -> None:
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "partition.assignment.strategy": a.strategy or "range",
             "topic.metadata.refresh.interval.ms": 2000}
+    if a.group_protocol == "consumer":
+        # KIP-848: the broker owns the session, the heartbeat interval and the assignor.
+        for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"):
+            del conf[key]
+        conf["group.protocol"] = "consumer"
+        if a.strategy:
+            conf["group.remote.assignor"] = a.strategy
     if a.instance_id:
         conf["group.instance.id"] = a.instance_id
     c = ck.Consumer(conf)
@@ -266,6 +273,7 @@ def main() -> None:
         p.add_argument(flag, required=True)
     p.add_argument("--instance-id")
     p.add_argument("--strategy")
+    p.add_argument("--group-protocol")
     args = p.parse_args()
     # The client's own log goes to the member's stderr file, and SIGUSR1 dumps every thread's stack
     # there: what a test that times out shows about a member that stopped making progress.
@@ -283,7 +291,8 @@ class Member:
     """A worker process and what its event file says."""
 
     def __init__(self, client: str, bootstrap: str, topic: str, group: str, name: str, events_dir: Path,
-                 instance_id: str | None = None, strategy: str | None = None, run: int = 1) -> None:
+                 instance_id: str | None = None, strategy: str | None = None, run: int = 1,
+                 group_protocol: str | None = None) -> None:
         self.name = name                      # also its client.id
         self.label = f"{name}-{run}"
         self.events_path = events_dir / f"{name}-{run}.jsonl"
@@ -293,6 +302,8 @@ class Member:
             cmd += ["--instance-id", instance_id]
         if strategy:
             cmd += ["--strategy", strategy]
+        if group_protocol:
+            cmd += ["--group-protocol", group_protocol]
         self.stderr_path = events_dir / f"{name}-{run}.stderr"
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err)

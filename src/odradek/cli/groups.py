@@ -1,5 +1,7 @@
 """`odradek groups`: list, describe (with lag), reset offsets of and delete consumer groups (as
-kafka-consumer-groups.sh).
+kafka-consumer-groups.sh). A group of the consumer protocol (KIP-848) is described with its group
+epoch, target assignment epoch and server assignor, and each member's epoch, current and target
+assignment (ConsumerGroupDescribe); a classic group with DescribeGroups.
 
     odradek groups list
     odradek groups describe --group readers
@@ -162,20 +164,51 @@ async def _end_offsets(admin, tps) -> dict:
     return {tp: o.offset for tp, o in found.items() if o is not None}
 
 
+async def _consumer_protocol_group(admin, group_id: str):
+    """The group's ConsumerGroupDescribe answer, or None for a classic or unknown group (or a broker
+    without the consumer protocol)."""
+    from odradek.client.admin_types import AdminError
+    from odradek.client.errors import UnsupportedVersionError
+    from odradek.protocol.error_codes import ErrorCode
+
+    try:
+        return (await admin.describe_consumer_protocol_groups([group_id]))[group_id]
+    except AdminError as e:
+        if e.code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        raise
+    except UnsupportedVersionError:
+        return None
+
+
 async def describe(args) -> int:
     from odradek.client.admin import Admin
 
     out = []
     async with Admin(admin_config(args)) as admin:
         for group_id in args.group:
-            g = await _group(admin, group_id)
+            modern = await _consumer_protocol_group(admin, group_id)
+            g = modern if modern is not None else await _group(admin, group_id)
             if g is None:
                 raise CliError(f"consumer group {group_id!r} does not exist")
             committed = await admin.list_consumer_group_offsets(group_id)
             members = g.members
             tps = sorted(set(committed) | {tp for m in members for tp in m.assignment})
             rows = lag_rows(committed, await _end_offsets(admin, tps), members)
-            out.append({"group": group_id, "state": g.state, "protocol_type": g.protocol_type,
+            if modern is not None:
+                out.append({"group": group_id, "type": "consumer", "state": modern.state,
+                            "group_epoch": modern.group_epoch, "assignment_epoch": modern.assignment_epoch,
+                            "assignor": modern.assignor, "coordinator": modern.coordinator,
+                            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                                         "member_epoch": m.member_epoch, "client_id": m.client_id,
+                                         "host": m.client_host, "subscribed_topics": m.subscribed_topic_names,
+                                         "subscribed_regex": m.subscribed_topic_regex,
+                                         "assignment": [[tp.topic, tp.partition] for tp in m.assignment],
+                                         "target_assignment": [[tp.topic, tp.partition] for tp in m.target_assignment]}
+                                        for m in modern.members],
+                            "offsets": rows})
+                continue
+            out.append({"group": group_id, "type": "classic", "state": g.state, "protocol_type": g.protocol_type,
                         "protocol": g.protocol, "coordinator": g.coordinator,
                         "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                                      "client_id": m.client_id, "host": m.client_host,
@@ -186,13 +219,23 @@ async def describe(args) -> int:
         print_json(out)
         return 0
     for g in out:
-        title = (f"Group: {g['group']}  State: {g['state']}  Members: {len(g['members'])}  "
-                 f"Coordinator: {g['coordinator']}  Protocol: {g['protocol'] or '-'}")
+        if g["type"] == "consumer":
+            title = (f"Group: {g['group']}  Type: consumer  State: {g['state']}  Members: {len(g['members'])}  "
+                     f"Group epoch: {g['group_epoch']}  Assignment epoch: {g['assignment_epoch']}  "
+                     f"Assignor: {g['assignor']}  Coordinator: {g['coordinator']}")
+        else:
+            title = (f"Group: {g['group']}  State: {g['state']}  Members: {len(g['members'])}  "
+                     f"Coordinator: {g['coordinator']}  Protocol: {g['protocol'] or '-'}")
         print_table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
                      "CLIENT-ID"],
                     [(r["topic"], r["partition"], r["current_offset"], r["log_end_offset"], r["lag"], r["consumer_id"],
                       r["host"], r["client_id"]) for r in g["offsets"]], title=title)
-        if g["members"]:
+        if g["members"] and g["type"] == "consumer":
+            print_table(["CONSUMER-ID", "HOST", "CLIENT-ID", "MEMBER-EPOCH", "ASSIGNMENT", "TARGET-ASSIGNMENT"],
+                        [(m["member_id"], m["host"], m["client_id"], m["member_epoch"],
+                          ",".join(f"{t}-{p}" for t, p in m["assignment"]) or "-",
+                          ",".join(f"{t}-{p}" for t, p in m["target_assignment"]) or "-") for m in g["members"]])
+        elif g["members"]:
             print_table(["CONSUMER-ID", "HOST", "CLIENT-ID", "PARTITIONS"],
                         [(m["member_id"], m["host"], m["client_id"],
                           ",".join(f"{t}-{p}" for t, p in m["assignment"]) or "-") for m in g["members"]])

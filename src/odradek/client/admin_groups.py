@@ -14,13 +14,15 @@ OffsetFetch and OffsetCommit v10 name topics by id; ids are looked up in the met
 from __future__ import annotations
 
 from odradek.client.admin_types import (
-    AdminError, GroupDescription, GroupListing, MemberDescription, OffsetAndMetadata, Retry, raise_first,
+    AdminError, ConsumerGroupDescription, ConsumerGroupMember, GroupDescription, GroupListing, MemberDescription,
+    OffsetAndMetadata, Retry, raise_first,
 )
 from odradek.client.fetcher import TopicPartition
 from odradek.protocol.api import decode_record
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
+from odradek.protocol.messages import consumer_group_describe as cgd
 from odradek.protocol.messages import delete_groups as dg
 from odradek.protocol.messages import describe_groups as dsg
 from odradek.protocol.messages import find_coordinator as fc
@@ -129,6 +131,32 @@ class GroupAdminMixin:
                                                            g.protocol_data, members, node)
             return results
         return raise_first(await self._retrying("DescribeGroups", attempt))
+
+    async def describe_consumer_protocol_groups(self, group_ids) -> dict[str, ConsumerGroupDescription]:
+        """ConsumerGroupDescribe (KIP-848): groups of the consumer protocol, with member epochs and
+        target assignments. A classic or unknown group is an AdminError GROUP_ID_NOT_FOUND."""
+        ids = list(group_ids)
+
+        def partitions(a: cgd.Assignment) -> list[TopicPartition]:
+            return sorted(TopicPartition(t.topic_name, p) for t in a.topic_partitions for p in t.partitions)
+
+        async def attempt():
+            results: dict = {g: None for g in ids}
+            for node, groups in (await self._by_coordinator(ids)).items():
+                response, v = await self._request(node, 69, lambda v: cgd.ConsumerGroupDescribeRequest(group_ids=groups))
+                for g in response.groups:
+                    err = self._group_error(g.group_id, g.error_code, g.error_message)
+                    if err is not None:
+                        results[g.group_id] = err
+                        continue
+                    members = [ConsumerGroupMember(
+                        m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+                        list(m.subscribed_topic_names), m.subscribed_topic_regex, partitions(m.assignment),
+                        partitions(m.target_assignment)) for m in g.members]
+                    results[g.group_id] = ConsumerGroupDescription(
+                        g.group_id, g.group_state, g.group_epoch, g.assignment_epoch, g.assignor_name, members, node)
+            return results
+        return raise_first(await self._retrying("ConsumerGroupDescribe", attempt))
 
     async def delete_consumer_groups(self, group_ids) -> dict[str, None]:
         ids = list(group_ids)

@@ -251,6 +251,33 @@ class GroupDescription:
         return not self.members
 
 
+@dataclass
+class ConsumerGroupMember:
+    """A member of a consumer-protocol group (KIP-848), from ConsumerGroupDescribe."""
+    member_id: str
+    group_instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    assignment: list[TopicPartition]
+    target_assignment: list[TopicPartition]
+
+
+@dataclass
+class ConsumerGroupDescription:
+    """A consumer-protocol group (KIP-848): epochs, the server assignor, members."""
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list[ConsumerGroupMember]
+    coordinator: int
+
+
 class OffsetAndMetadata(NamedTuple):
     offset: int
     metadata: str = ""

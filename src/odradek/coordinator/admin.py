@@ -31,6 +31,8 @@ def list_groups(shard: GroupShard, states: set[str], types: set[str]) -> list[Li
     for gid, g in sorted(shard.groups.items()):
         if g.state == GroupState.DEAD or (states and g.state.value.lower() not in states):
             continue
+        if gid in shard.consumer_groups:
+            continue   # the offsets of a consumer group (listed by consumer_admin)
         out.append(ListedGroup(group_id=gid, protocol_type=g.protocol_type or "", group_state=g.state.value,
                                group_type=CLASSIC_GROUP_TYPE))
     return out

@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from odradek.coordinator import consumer_heartbeat
 from odradek.coordinator import rebalance as rb
+from odradek.coordinator.consumer_group import TIMER_KINDS as CONSUMER_TIMER_KINDS
 from odradek.coordinator.group import ClassicGroup, GroupState, Member
 from odradek.coordinator.offsets import expire_offsets
 from odradek.coordinator.records import GroupRecord
@@ -345,6 +347,8 @@ def _leave_one(shard: GroupShard, group: ClassicGroup, member_id: str, instance_
 def fire(shard: GroupShard, key: tuple, now_ms: int) -> Outcome:
     """A timer's deadline passed (the runtime calls this for each key `pop_due` returns)."""
     kind = key[0]
+    if kind in CONSUMER_TIMER_KINDS:
+        return consumer_heartbeat.fire(shard, key, now_ms)
     if kind == "offsets-retention":
         out, more = expire_offsets(shard, now_ms)
         shard.schedule(key, now_ms if more else now_ms + shard.config.offsets_retention_check_interval_ms)

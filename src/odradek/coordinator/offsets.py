@@ -153,11 +153,22 @@ def expire_offsets(shard: GroupShard, now_ms: int) -> tuple[Outcome, bool]:
     for group in list(shard.groups.values()):
         if len(out.records) >= EXPIRE_RECORDS_MAX:
             return out, True
-        expired = _expired(group, now_ms, retention)
+        consumer = shard.consumer_groups.get(group.group_id)
+        if consumer is not None:
+            # A consumer group's offsets expire a retention period after their commit, unless a
+            # member subscribes to their topic (Kafka's ConsumerGroup.offsetExpirationCondition).
+            subscribed = consumer.subscribed_topic_names()
+            expired = [tp for tp, o in group.offsets.items() if tp[0] not in subscribed and
+                       (now_ms >= o.expire_timestamp_ms if o.expire_timestamp_ms is not None
+                        else now_ms - o.commit_timestamp_ms >= retention)]
+        else:
+            expired = _expired(group, now_ms, retention)
         for topic, partition in expired:
             out.records.append(OffsetRecord(group.group_id, topic, partition, None))
         if expired:
             log.info("Removed %d expired offsets of group %s", len(expired), group.group_id)
+        if consumer is not None:
+            continue   # an Empty consumer group outlives its offsets, as in Kafka until it is deleted
         if group.state == GroupState.EMPTY and len(expired) == len(group.offsets) \
                 and not group.pending_members:
             log.info("Group %s transitioned to Dead in generation %d", group.group_id, group.generation)

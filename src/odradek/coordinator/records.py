@@ -9,7 +9,8 @@ Key and value layouts (each starts with an int16 version, see `odradek.protocol.
 
     key version 0 or 1   OffsetCommitKey    group, topic, partition      -> OffsetCommitValue
     key version 2        GroupMetadataKey   group                        -> GroupMetadataValue
-    key version 3+       KIP-848 and later record types, skipped here
+    key version 3-8      the consumer group protocol's records (see `consumer_records`)
+    other versions       later record types (share groups, resolved regexes), skipped here
 
 We write OffsetCommitKey v1 with OffsetCommitValue v3 (v1 when the commit carries an explicit expire
 timestamp, as Kafka does), and GroupMetadataKey v2 with GroupMetadataValue v3. A null value is a
@@ -23,6 +24,8 @@ import logging
 from dataclasses import dataclass
 from typing import Iterator, Union
 
+from odradek.coordinator import consumer_records
+from odradek.coordinator.consumer_records import CONSUMER_RECORD_TYPES, ConsumerRecord
 from odradek.protocol.api import decode_record, encode_record
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages.group_metadata_value import GroupMetadataValue, MemberMetadata
@@ -97,10 +100,12 @@ class GroupRecord:
     value: GroupMetadataValue | None   # None: tombstone
 
 
-Record = Union[OffsetRecord, GroupRecord]
+Record = Union[OffsetRecord, GroupRecord, ConsumerRecord]
 
 
 def encode(record: Record) -> tuple[bytes, bytes | None]:
+    if isinstance(record, CONSUMER_RECORD_TYPES):
+        return consumer_records.encode(record)
     if isinstance(record, OffsetRecord):
         key = encode_record("OffsetCommitKey", OFFSET_KEY_VERSION,
                             OffsetCommitKey(group=record.group_id, topic=record.topic,
@@ -109,6 +114,7 @@ def encode(record: Record) -> tuple[bytes, bytes | None]:
             return key, None
         version, value = record.value.to_value()
         return key, encode_record("OffsetCommitValue", version, value)
+    assert isinstance(record, GroupRecord)
     key = encode_record("GroupMetadataKey", GROUP_KEY_VERSION, GroupMetadataKey(group=record.group_id))
     if record.value is None:
         return key, None
@@ -137,6 +143,8 @@ def decode(key: bytes | None, value: bytes | None) -> Record | None:
         _, gv = decode_record("GroupMetadataValue", value)
         assert isinstance(gv, GroupMetadataValue)
         return GroupRecord(gk.group, gv)
+    if key_version in consumer_records.KEY_VERSIONS:
+        return consumer_records.decode(key_version, key, value)
     return None
 
 

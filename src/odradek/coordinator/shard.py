@@ -25,6 +25,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from odradek.coordinator import consumer_group
+from odradek.coordinator.consumer_group import ConsumerGroup
+from odradek.coordinator.consumer_records import CONSUMER_RECORD_TYPES
 from odradek.coordinator.group import ClassicGroup, GroupState, Member
 from odradek.coordinator.records import GroupMetadataValue, GroupRecord, OffsetRecord, Record
 
@@ -45,6 +48,10 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600000   # offsets.retention.check.interval.ms
     load_buffer_bytes: int = 5 * 1024 * 1024            # offsets.load.buffer.size
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    consumer_session_timeout_ms: int = 45000            # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval_ms: int = 5000          # group.consumer.heartbeat.interval.ms
+    consumer_max_size: int = 2**31 - 1                  # group.consumer.max.size
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")   # group.consumer.assignors
 
 
 WaitKey = tuple   # ("join" | "sync", group_id, member_id)
@@ -79,6 +86,7 @@ class GroupShard:
         self.config = config
         self.new_uuid = new_uuid
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}   # KIP-848 groups (see consumer_group)
         self.timers: dict[TimerKey, int] = {}
         self._heap: list[tuple[int, int, TimerKey]] = []
         self._seq = 0
@@ -131,14 +139,17 @@ class GroupShard:
     def remove_group(self, group: ClassicGroup, now_ms: int) -> None:
         group.transition(GroupState.DEAD, now_ms)
         self.groups.pop(group.group_id, None)
-        for key in [k for k in self.timers if len(k) > 1 and k[1] == group.group_id]:
+        for key in [k for k in self.timers if len(k) > 1 and k[1] == group.group_id
+                    and k[0] not in consumer_group.TIMER_KINDS]:
             self.cancel(key)
 
     # ------------------------------------------------------------------------------ replay
     def replay(self, record: Record, now_ms: int) -> None:
         """Apply one record. Later records win and tombstones delete, so a log with duplicates and
         tombstones (compacted or not) rebuilds the same state."""
-        if isinstance(record, OffsetRecord):
+        if isinstance(record, CONSUMER_RECORD_TYPES):
+            consumer_group.replay(self, record, now_ms)
+        elif isinstance(record, OffsetRecord):
             self._replay_offset(record, now_ms)
         else:
             self._replay_group(record, now_ms)

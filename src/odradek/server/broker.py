@@ -36,7 +36,7 @@ from odradek.cluster.store import EmbeddedStore, MetadataStore, NodeExistsError
 from odradek.coordinator.runtime import GroupCoordinator
 from odradek.protocol.headers import RequestHeader
 from odradek.server.apis import HANDLERS
-from odradek.server.apis.api_versions import supported
+from odradek.server.apis.api_versions import enabled_handlers, supported
 from odradek.server.config import BrokerConfig, Endpoint, TopicConfig
 from odradek.server.context import RequestContext, Services
 from odradek.server.coordinators import Coordinators
@@ -100,11 +100,12 @@ class Broker:
         self.listeners: list[tuple[Listener, Endpoint]] = []
         self._listener_names: dict[Listener, str] = {}
         self.bound_ports: dict[str, int] = {}
-        self.api_versions = supported(HANDLERS)
+        handlers = enabled_handlers(HANDLERS, config.get("group.coordinator.rebalance.protocols"))
+        self.api_versions = supported(handlers)
         # Work that grows with its input runs here, off the event loop (server/workers.py).
         self.workers = WorkerPool(config.get("num.io.threads"), queue_max=config.get("queued.max.requests"))
         self.request_pool = RequestPool(self._queued_bytes_limit(), config.get("queued.max.requests"))
-        self.dispatcher = Dispatcher(self.request_context, HANDLERS, self.workers)
+        self.dispatcher = Dispatcher(self.request_context, handlers, self.workers)
         self._periodic: asyncio.Task[None] | None = None
         self.logs: LogManager | None = None
         self.store: EmbeddedStore | ZooKeeperStore | None = None

@@ -77,7 +77,11 @@ def group_config(config: BrokerConfig) -> GroupConfig:
         offset_metadata_max_bytes=config.get("offset.metadata.max.bytes"),
         offsets_retention_ms=config.get("offsets.retention.minutes") * 60_000,
         offsets_retention_check_interval_ms=config.get("offsets.retention.check.interval.ms"),
-        load_buffer_bytes=config.get("offsets.load.buffer.size"))
+        load_buffer_bytes=config.get("offsets.load.buffer.size"),
+        consumer_session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
+        consumer_heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
+        consumer_max_size=config.get("group.consumer.max.size"),
+        consumer_assignors=tuple(config.get("group.consumer.assignors")))
 
 
 class Coordinators:

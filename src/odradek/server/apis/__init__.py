@@ -13,6 +13,9 @@ from odradek.server.apis.admin_topics import (
     handle_create_partitions, handle_create_topics, handle_delete_topics, handle_describe_topic_partitions,
 )
 from odradek.server.apis.api_versions import handle_api_versions
+from odradek.server.apis.consumer_group_heartbeat import (
+    handle_consumer_group_describe, handle_consumer_group_heartbeat,
+)
 from odradek.server.apis.fetch import handle_fetch
 from odradek.server.apis.inter_broker import (
     handle_controlled_shutdown, handle_leader_and_isr, handle_stop_replica, handle_update_metadata,
@@ -64,5 +67,7 @@ HANDLERS: dict[int, HandlerFn] = {
     44: handle_incremental_alter_configs,
     47: handle_offset_delete,
     60: handle_describe_cluster,
+    68: handle_consumer_group_heartbeat,
+    69: handle_consumer_group_describe,
     75: handle_describe_topic_partitions,
 }

@@ -8,15 +8,35 @@ ApiVersionsRequest.isValid decides. An unsupported request version is answered i
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import APIS, api_versions as m
 from odradek.server.context import RequestContext
 
+H = TypeVar("H")
+
 # Versions Apache Kafka marks unstable (latestVersionUnstable) are declared but not advertised.
+CONSUMER_GROUP_HEARTBEAT = 68
 UNSTABLE_LATEST = {22: 6}  # InitProducerId v6: two-phase commit (KIP-939)
+# Feature levels (KIP-584): group.version 1 is the consumer group protocol (KIP-848), which this
+# broker serves whenever ConsumerGroupHeartbeat is in its table.
+GROUP_VERSION = "group.version"
+GROUP_VERSION_LEVEL = 1
+FINALIZED_FEATURES_EPOCH = 1
 SOFTWARE_NAME_OR_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+CONSUMER_PROTOCOL_APIS = frozenset({68, 69})   # ConsumerGroupHeartbeat, ConsumerGroupDescribe
+
+
+def enabled_handlers(handlers: Mapping[int, H], rebalance_protocols: Iterable[str]) -> dict[int, H]:
+    """The handler table without the consumer group protocol's APIs when
+    `group.coordinator.rebalance.protocols` leaves out "consumer" (Kafka then does not offer them)."""
+    if "consumer" in rebalance_protocols:
+        return dict(handlers)
+    return {k: h for k, h in handlers.items() if k not in CONSUMER_PROTOCOL_APIS}
 
 
 def supported(handlers: Iterable[int]) -> list[m.ApiVersion]:
@@ -37,5 +57,12 @@ def valid_software(request: m.ApiVersionsRequest) -> bool:
 async def handle_api_versions(ctx: RequestContext, request: m.ApiVersionsRequest) -> m.ApiVersionsResponse:
     if ctx.api_version >= 3 and not valid_software(request):
         return m.ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
-    # Tagged fields keep their defaults so they are not written (COMPAT-NOTES: librdkafka 2.0).
-    return m.ApiVersionsResponse(error_code=0, api_keys=ctx.services.api_versions, throttle_time_ms=0)
+    # Tagged fields that hold their defaults are not written (COMPAT-NOTES: librdkafka 2.0).
+    response = m.ApiVersionsResponse(error_code=0, api_keys=ctx.services.api_versions, throttle_time_ms=0)
+    if any(k.api_key == CONSUMER_GROUP_HEARTBEAT for k in ctx.services.api_versions):
+        response.supported_features = [m.SupportedFeatureKey(name=GROUP_VERSION, min_version=0,
+                                                             max_version=GROUP_VERSION_LEVEL)]
+        response.finalized_features_epoch = FINALIZED_FEATURES_EPOCH
+        response.finalized_features = [m.FinalizedFeatureKey(name=GROUP_VERSION, max_version_level=GROUP_VERSION_LEVEL,
+                                                             min_version_level=GROUP_VERSION_LEVEL)]
+    return response

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from odradek.coordinator import admin, membership
+from odradek.coordinator import admin, consumer_admin, membership
 from odradek.coordinator.membership import Caller
 from odradek.coordinator.runtime import CoordinatorError, GroupCoordinator
 from odradek.protocol.error_codes import ErrorCode
@@ -85,7 +85,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: fc.FindCoordinat
 # ------------------------------------------------------------------------------------ membership
 async def handle_join_group(ctx: RequestContext, request: jg.JoinGroupRequest) -> jg.JoinGroupResponse:
     try:
-        response = await run(ctx, request.group_id, membership.join_group, request, caller_of(ctx))
+        response = await run(ctx, request.group_id, consumer_admin.join_group, request, caller_of(ctx))
     except CoordinatorError as e:
         response = jg.JoinGroupResponse(error_code=e.code, generation_id=-1, protocol_name=None, leader="",
                                         member_id="", members=[])
@@ -123,7 +123,8 @@ async def handle_list_groups(ctx: RequestContext, request: ls.ListGroupsRequest)
         return ls.ListGroupsResponse(error_code=e.code, groups=[])
     states = {s.lower() for s in request.states_filter} if ctx.api_version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if ctx.api_version >= 5 else set()
-    groups = [g for shard in coordinator.shards() for g in admin.list_groups(shard, states, types)]
+    groups = [g for shard in coordinator.shards() for g in admin.list_groups(shard, states, types)
+              + consumer_admin.list_groups(shard, states, types)]
     code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.loading else ErrorCode.NONE
     return ls.ListGroupsResponse(throttle_time_ms=0, error_code=code, groups=groups)
 
@@ -133,7 +134,7 @@ async def handle_describe_groups(ctx: RequestContext, request: dsc.DescribeGroup
     include_ops = ctx.api_version >= 3 and request.include_authorized_operations
     for group_id in request.groups:
         try:
-            described = coordinator_of(ctx).query(group_id, admin.describe_group, group_id, include_ops)
+            described = coordinator_of(ctx).query(group_id, consumer_admin.describe_classic, group_id, include_ops)
         except CoordinatorError as e:
             described = dsc.DescribedGroup(error_code=e.code, error_message=e.code.message, group_id=group_id,
                                            group_state="", protocol_type="", protocol_data="", members=[])
@@ -149,7 +150,7 @@ async def handle_delete_groups(ctx: RequestContext, request: dg.DeleteGroupsRequ
     results = []
     for group_id in request.groups_names:
         try:
-            code = await run(ctx, group_id, admin.delete_group, group_id)
+            code = await run(ctx, group_id, consumer_admin.delete_group, group_id)
         except CoordinatorError as e:
             code = e.code
         results.append(dg.DeletableGroupResult(group_id=group_id, error_code=code))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Callable, TypeVar
 
+from odradek.coordinator import consumer_admin
 from odradek.coordinator import offsets as ops
 from odradek.coordinator.records import OffsetAndMetadata
 from odradek.coordinator.runtime import CoordinatorError
@@ -75,7 +76,7 @@ async def handle_offset_commit(ctx: RequestContext, request: oc.OffsetCommitRequ
     answered: list = []
     if request.topics:
         try:
-            response = await run(ctx, request.group_id, ops.commit_offsets, request, v,
+            response = await run(ctx, request.group_id, consumer_admin.commit_offsets, request, v,
                                  _topic_error(image, v >= 10))
             answered = [p.error_code for t in response.topics for p in t.partitions]
         except CoordinatorError as e:
@@ -89,10 +90,13 @@ async def handle_offset_commit(ctx: RequestContext, request: oc.OffsetCommitRequ
 
 
 # ------------------------------------------------------------------------------------ OffsetFetch
-def _fetch(ctx: RequestContext, group_id: str,
-           topics: list[tuple[str, list[int]]] | None) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, Any]]]]]:
+def _fetch(ctx: RequestContext, group_id: str, topics: list[tuple[str, list[int]]] | None,
+           member_id: str | None = None, member_epoch: int = -1
+           ) -> tuple[ErrorCode, list[tuple[str, list[tuple[int, Any]]]]]:
+    """Committed offsets; from v9 a consumer group's member must be at its current epoch."""
     try:
-        return ErrorCode.NONE, coordinator_of(ctx).query(group_id, ops.fetch_offsets, group_id, topics)
+        return coordinator_of(ctx).query(group_id, consumer_admin.fetch_offsets, group_id, member_id, member_epoch,
+                                         topics)
     except CoordinatorError as e:
         return e.code, []
 
@@ -133,7 +137,7 @@ def _fetch_group(ctx: RequestContext, image: MetadataImage,
     else:
         topics = [(t.name, list(t.partition_indexes)) for t in g.topics]
     named = None if topics is None else [(n, ps) for n, ps in topics if n is not None]
-    code, found = _fetch(ctx, g.group_id, named)
+    code, found = _fetch(ctx, g.group_id, named, g.member_id, g.member_epoch)
     out = [of.OffsetFetchResponseTopics(name=name, topic_id=_id_of(image, name) if v >= 10 else ZERO_UUID,
                                         partitions=[_partition(of.OffsetFetchResponsePartitions, p, o)
                                                     for p, o in parts])
@@ -156,7 +160,7 @@ async def handle_offset_delete(ctx: RequestContext, request: od.OffsetDeleteRequ
     topics = [(t.name, kept) for t in request.topics
               if (kept := [p.partition_index for p in t.partitions if (t.name, p.partition_index) not in refused])]
     try:   # even with nothing left to delete: the group's own errors are answered (GROUP_ID_NOT_FOUND)
-        code, results = await run(ctx, request.group_id, ops.delete_offsets, request.group_id, topics,
+        code, results = await run(ctx, request.group_id, consumer_admin.delete_offsets, request.group_id, topics,
                                   _topic_error(image, False))
     except CoordinatorError as e:
         code, results = e.code, []

@@ -1,0 +1,238 @@
+"""The `__consumer_offsets` records of the consumer group protocol (seed 002, "Records"), in Apache
+Kafka 4.x's formats so tools that decode the topic read ours.
+
+    key version  key                                       value                               means
+    3            ConsumerGroupMetadataKey (group)          ConsumerGroupMetadataValue          group epoch
+    4            ConsumerGroupPartitionMetadataKey         ConsumerGroupPartitionMetadataValue subscribed topics' metadata
+    5            ConsumerGroupMemberMetadataKey (member)   ConsumerGroupMemberMetadataValue    a member's subscription
+    6            ConsumerGroupTargetAssignmentMetadataKey  ...TargetAssignmentMetadataValue    target assignment epoch
+    7            ConsumerGroupTargetAssignmentMemberKey    ...TargetAssignmentMemberValue      a member's target partitions
+    8            ConsumerGroupCurrentMemberAssignmentKey   ...CurrentMemberAssignmentValue     a member's epoch, state, partitions
+
+A null value is a tombstone. Values are written at version 0. Record type 16 (resolved regular
+expressions, Kafka 4.0) is not written: the coordinator resolves a member's regex against the
+metadata image it is given, so it is left to `records.decode` to skip.
+
+Partitions are held as `{topic_id: frozenset(partitions)}` with no empty sets, so two assignments
+are equal exactly when they name the same partitions.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+from odradek.protocol.api import decode_record, encode_record
+from odradek.protocol.messages import consumer_group_current_member_assignment_value as cur
+from odradek.protocol.messages import consumer_group_member_metadata_value as mmv
+from odradek.protocol.messages import consumer_group_partition_metadata_value as pmv
+from odradek.protocol.messages import consumer_group_target_assignment_member_value as tmv
+from odradek.protocol.messages.consumer_group_current_member_assignment_key import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+)
+from odradek.protocol.messages.consumer_group_member_metadata_key import ConsumerGroupMemberMetadataKey
+from odradek.protocol.messages.consumer_group_metadata_key import ConsumerGroupMetadataKey
+from odradek.protocol.messages.consumer_group_metadata_value import ConsumerGroupMetadataValue
+from odradek.protocol.messages.consumer_group_partition_metadata_key import ConsumerGroupPartitionMetadataKey
+from odradek.protocol.messages.consumer_group_target_assignment_member_key import (
+    ConsumerGroupTargetAssignmentMemberKey,
+)
+from odradek.protocol.messages.consumer_group_target_assignment_metadata_key import (
+    ConsumerGroupTargetAssignmentMetadataKey,
+)
+from odradek.protocol.messages.consumer_group_target_assignment_metadata_value import (
+    ConsumerGroupTargetAssignmentMetadataValue,
+)
+
+Partitions = Mapping[uuid.UUID, frozenset[int]]
+
+GROUP_EPOCH_KEY, PARTITION_METADATA_KEY, MEMBER_KEY = 3, 4, 5
+TARGET_EPOCH_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY = 6, 7, 8
+KEY_VERSIONS = frozenset({3, 4, 5, 6, 7, 8})
+VALUE_VERSION = 0
+
+
+def partitions_of(pairs: Iterable[tuple[uuid.UUID, Iterable[int]]]) -> dict[uuid.UUID, frozenset[int]]:
+    out: dict[uuid.UUID, frozenset[int]] = {}
+    for topic_id, parts in pairs:
+        merged = out.get(topic_id, frozenset()) | frozenset(parts)
+        if merged:
+            out[topic_id] = merged
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMeta:
+    topic_id: uuid.UUID
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSubscription:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignment:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned: Partitions
+    pending_revocation: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class GroupEpochRecord:
+    group_id: str
+    epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionMetadataRecord:
+    group_id: str
+    topics: Mapping[str, TopicMeta] | None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    group_id: str
+    member_id: str
+    value: MemberSubscription | None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetEpochRecord:
+    group_id: str
+    assignment_epoch: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetMemberRecord:
+    group_id: str
+    member_id: str
+    partitions: Partitions | None
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignmentRecord:
+    group_id: str
+    member_id: str
+    value: CurrentAssignment | None
+
+
+ConsumerRecord = Union[GroupEpochRecord, SubscriptionMetadataRecord, MemberRecord, TargetEpochRecord,
+                       TargetMemberRecord, CurrentAssignmentRecord]
+CONSUMER_RECORD_TYPES = (GroupEpochRecord, SubscriptionMetadataRecord, MemberRecord, TargetEpochRecord,
+                         TargetMemberRecord, CurrentAssignmentRecord)
+
+
+def _tps(cls: type, parts: Partitions) -> list:
+    return [cls(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(parts.items(), key=lambda kv: str(kv[0]))]
+
+
+def _value(name: str, value: object | None) -> bytes | None:
+    return None if value is None else encode_record(name, VALUE_VERSION, value)
+
+
+def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
+    r = record
+    if isinstance(r, GroupEpochRecord):
+        key = encode_record("ConsumerGroupMetadataKey", GROUP_EPOCH_KEY, ConsumerGroupMetadataKey(group_id=r.group_id))
+        return key, _value("ConsumerGroupMetadataValue",
+                           None if r.epoch is None else ConsumerGroupMetadataValue(epoch=r.epoch))
+    if isinstance(r, SubscriptionMetadataRecord):
+        key = encode_record("ConsumerGroupPartitionMetadataKey", PARTITION_METADATA_KEY,
+                            ConsumerGroupPartitionMetadataKey(group_id=r.group_id))
+        value: object | None = None if r.topics is None else pmv.ConsumerGroupPartitionMetadataValue(topics=[
+            pmv.TopicMetadata(topic_id=m.topic_id, topic_name=name, num_partitions=m.num_partitions)
+            for name, m in sorted(r.topics.items())])
+        return key, _value("ConsumerGroupPartitionMetadataValue", value)
+    if isinstance(r, MemberRecord):
+        key = encode_record("ConsumerGroupMemberMetadataKey", MEMBER_KEY,
+                            ConsumerGroupMemberMetadataKey(group_id=r.group_id, member_id=r.member_id))
+        s = r.value
+        member_value: object | None = None if s is None else mmv.ConsumerGroupMemberMetadataValue(
+            instance_id=s.instance_id, rack_id=s.rack_id, client_id=s.client_id, client_host=s.client_host,
+            subscribed_topic_names=list(s.subscribed_topic_names), subscribed_topic_regex=s.subscribed_topic_regex,
+            rebalance_timeout_ms=s.rebalance_timeout_ms, server_assignor=s.server_assignor)
+        return key, _value("ConsumerGroupMemberMetadataValue", member_value)
+    if isinstance(r, TargetEpochRecord):
+        key = encode_record("ConsumerGroupTargetAssignmentMetadataKey", TARGET_EPOCH_KEY,
+                            ConsumerGroupTargetAssignmentMetadataKey(group_id=r.group_id))
+        return key, _value("ConsumerGroupTargetAssignmentMetadataValue", None if r.assignment_epoch is None
+                           else ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=r.assignment_epoch))
+    if isinstance(r, TargetMemberRecord):
+        key = encode_record("ConsumerGroupTargetAssignmentMemberKey", TARGET_MEMBER_KEY,
+                            ConsumerGroupTargetAssignmentMemberKey(group_id=r.group_id, member_id=r.member_id))
+        target_value: object | None = None if r.partitions is None else tmv.ConsumerGroupTargetAssignmentMemberValue(
+            topic_partitions=_tps(tmv.TopicPartition, r.partitions))
+        return key, _value("ConsumerGroupTargetAssignmentMemberValue", target_value)
+    assert isinstance(r, CurrentAssignmentRecord)
+    key = encode_record("ConsumerGroupCurrentMemberAssignmentKey", CURRENT_ASSIGNMENT_KEY,
+                        ConsumerGroupCurrentMemberAssignmentKey(group_id=r.group_id, member_id=r.member_id))
+    c = r.value
+    current_value: object | None = None if c is None else cur.ConsumerGroupCurrentMemberAssignmentValue(
+        member_epoch=c.member_epoch, previous_member_epoch=c.previous_member_epoch, state=c.state,
+        assigned_partitions=_tps(cur.TopicPartitions, c.assigned),
+        partitions_pending_revocation=_tps(cur.TopicPartitions, c.pending_revocation))
+    return key, _value("ConsumerGroupCurrentMemberAssignmentValue", current_value)
+
+
+def _dec(name: str, data: bytes) -> Any:
+    return decode_record(name, data)[1]
+
+
+def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
+    """A record of one of KEY_VERSIONS; raises ProtocolError when it does not parse."""
+    if key_version == GROUP_EPOCH_KEY:
+        k = _dec("ConsumerGroupMetadataKey", key)
+        if value is None:
+            return GroupEpochRecord(k.group_id, None)
+        v = _dec("ConsumerGroupMetadataValue", value)
+        return GroupEpochRecord(k.group_id, v.epoch)
+    if key_version == PARTITION_METADATA_KEY:
+        k = _dec("ConsumerGroupPartitionMetadataKey", key)
+        if value is None:
+            return SubscriptionMetadataRecord(k.group_id, None)
+        v = _dec("ConsumerGroupPartitionMetadataValue", value)
+        return SubscriptionMetadataRecord(k.group_id, {t.topic_name: TopicMeta(t.topic_id, t.num_partitions)
+                                                       for t in v.topics})
+    if key_version == MEMBER_KEY:
+        k = _dec("ConsumerGroupMemberMetadataKey", key)
+        if value is None:
+            return MemberRecord(k.group_id, k.member_id, None)
+        v = _dec("ConsumerGroupMemberMetadataValue", value)
+        return MemberRecord(k.group_id, k.member_id, MemberSubscription(
+            v.instance_id, v.rack_id, v.client_id, v.client_host, tuple(v.subscribed_topic_names),
+            v.subscribed_topic_regex or None, v.rebalance_timeout_ms, v.server_assignor or None))
+    if key_version == TARGET_EPOCH_KEY:
+        k = _dec("ConsumerGroupTargetAssignmentMetadataKey", key)
+        if value is None:
+            return TargetEpochRecord(k.group_id, None)
+        v = _dec("ConsumerGroupTargetAssignmentMetadataValue", value)
+        return TargetEpochRecord(k.group_id, v.assignment_epoch)
+    if key_version == TARGET_MEMBER_KEY:
+        k = _dec("ConsumerGroupTargetAssignmentMemberKey", key)
+        if value is None:
+            return TargetMemberRecord(k.group_id, k.member_id, None)
+        v = _dec("ConsumerGroupTargetAssignmentMemberValue", value)
+        return TargetMemberRecord(k.group_id, k.member_id,
+                                  partitions_of((t.topic_id, t.partitions) for t in v.topic_partitions))
+    assert key_version == CURRENT_ASSIGNMENT_KEY, key_version
+    k = _dec("ConsumerGroupCurrentMemberAssignmentKey", key)
+    if value is None:
+        return CurrentAssignmentRecord(k.group_id, k.member_id, None)
+    v = _dec("ConsumerGroupCurrentMemberAssignmentValue", value)
+    return CurrentAssignmentRecord(k.group_id, k.member_id, CurrentAssignment(
+        v.member_epoch, v.previous_member_epoch, v.state,
+        partitions_of((t.topic_id, t.partitions) for t in v.assigned_partitions),
+        partitions_of((t.topic_id, t.partitions) for t in v.partitions_pending_revocation)))

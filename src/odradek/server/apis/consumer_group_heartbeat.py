@@ -1,0 +1,61 @@
+"""Consumer group protocol APIs: ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69) (seed 002,
+KIP-848, as released in Kafka 4.0: heartbeat v0-v1, describe v0-v1).
+
+The coordinator works on a `TopicsView` of the metadata image (names, topic ids, partition counts,
+which topics are internal): built once per image, so regex subscriptions are resolved once per
+metadata change, not per heartbeat. Coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
+COORDINATOR_NOT_AVAILABLE) are answered as top-level error codes.
+"""
+
+from __future__ import annotations
+
+from odradek.coordinator import consumer_admin, consumer_heartbeat
+from odradek.coordinator.consumer_group import TopicsView
+from odradek.coordinator.consumer_records import TopicMeta
+from odradek.coordinator.runtime import CoordinatorError
+from odradek.protocol.messages import consumer_group_describe as cgd
+from odradek.protocol.messages import consumer_group_heartbeat as cgh
+from odradek.server.apis.groups import caller_of, coordinator_of, run
+from odradek.server.context import RequestContext
+from odradek.server.metadata_cache import MetadataImage
+
+_last_view: tuple[MetadataImage, TopicsView] | None = None
+
+
+def topics_view(image: MetadataImage) -> TopicsView:
+    """The image's topics for the coordinator; the same object for the same image."""
+    global _last_view
+    cached = _last_view
+    if cached is not None and cached[0] is image:
+        return cached[1]
+    view = TopicsView({name: TopicMeta(info.topic_id, len(info.partitions)) for name, info in image.topics.items()},
+                      frozenset(name for name, info in image.topics.items() if info.is_internal))
+    _last_view = (image, view)
+    return view
+
+
+def _assignors(ctx: RequestContext) -> tuple[str, ...]:
+    return coordinator_of(ctx).config.consumer_assignors
+
+
+async def handle_consumer_group_heartbeat(ctx: RequestContext, request: cgh.ConsumerGroupHeartbeatRequest
+                                          ) -> cgh.ConsumerGroupHeartbeatResponse:
+    try:
+        return await run(ctx, request.group_id, consumer_heartbeat.heartbeat, request, caller_of(ctx),
+                         topics_view(ctx.metadata.image))
+    except CoordinatorError as e:
+        return consumer_heartbeat.error_response(e.code)
+
+
+async def handle_consumer_group_describe(ctx: RequestContext, request: cgd.ConsumerGroupDescribeRequest
+                                         ) -> cgd.ConsumerGroupDescribeResponse:
+    view = topics_view(ctx.metadata.image)
+    out = []
+    for group_id in request.group_ids:
+        try:
+            described = coordinator_of(ctx).query(group_id, consumer_admin.describe, group_id,
+                                                  request.include_authorized_operations, view, _assignors(ctx))
+        except CoordinatorError as e:
+            described = cgd.DescribedGroup(error_code=e.code, error_message=e.code.message, group_id=group_id)
+        out.append(described)
+    return cgd.ConsumerGroupDescribeResponse(throttle_time_ms=0, groups=out)
