@@ -169,6 +169,15 @@ class CountingProducer(threading.Thread):
         return len(self.checker.acked)
 
 
+def _high_watermark(c: Consumer, topic: str, p: int) -> tuple[int] | None:
+    try:
+        return (c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1],)
+    except KafkaException as e:
+        if e.args[0].retriable() or e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise
+
+
 def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0) -> list[int]:
     """Every record of the topic up to its high watermark, as integers."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{time.monotonic_ns()}",
@@ -176,8 +185,8 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 60.0)
     try:
         ends = {}
         for p in range(partitions):
-            _, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            ends[p] = hi
+            # A leader just elected may not have applied its LeaderAndIsr yet: retriable errors pass.
+            ends[p] = wait_for(f"the high watermark of {topic}-{p}", lambda p=p: _high_watermark(c, topic, p), timeout)[0]
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         out: list[int] = []
         positions = {p: 0 for p in range(partitions)}
