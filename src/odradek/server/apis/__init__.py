@@ -24,6 +24,10 @@ from odradek.server.apis.offsets import handle_offset_commit, handle_offset_dele
 from odradek.server.apis.produce import handle_produce
 from odradek.server.apis.producer_ids import handle_init_producer_id
 from odradek.server.apis.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from odradek.server.apis.transactions import (
+    handle_add_offsets_to_txn, handle_add_partitions_to_txn, handle_end_txn, handle_txn_offset_commit,
+    handle_write_txn_markers,
+)
 
 HANDLERS: dict[int, HandlerFn] = {
     0: handle_produce,
@@ -46,6 +50,11 @@ HANDLERS: dict[int, HandlerFn] = {
     21: handle_delete_records,
     22: handle_init_producer_id,
     23: handle_offset_for_leader_epoch,
+    24: handle_add_partitions_to_txn,
+    25: handle_add_offsets_to_txn,
+    26: handle_end_txn,
+    27: handle_write_txn_markers,
+    28: handle_txn_offset_commit,
     42: handle_delete_groups,
     32: handle_describe_configs,
     33: handle_alter_configs,
