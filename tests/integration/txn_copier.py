@@ -3,10 +3,10 @@ position is stored as a message in a topic, so we can write the offset to Kafka 
 transaction as the output topics receiving the processed data"), run as its own process so a test
 can kill it with SIGKILL.
 
-    python -m tests.integration.txn_copier BOOTSTRAP INPUT OUTPUT PARTITIONS GROUP TRANSACTIONAL_ID
+    python -m tests.integration.txn_copier BOOTSTRAP INPUT OUTPUT PARTITIONS GROUP TRANSACTIONAL_ID CHUNK
 
 It assigns itself every input partition (the group's committed offsets are its starting point),
-copies each polled chunk to OUTPUT with the value prefixed by "copied:", and commits the chunk and
+copies each polled chunk (at most CHUNK records: many small transactions) to OUTPUT with the value prefixed by "copied:", and commits the chunk and
 the consumer's next positions in one transaction (send_offsets_to_transaction). It prints "ready"
 once its producer holds the transactional id, and runs until killed.
 """
@@ -18,7 +18,8 @@ import sys
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 
-def main(bootstrap: str, source: str, target: str, partitions: int, group: str, transactional_id: str) -> None:
+def main(bootstrap: str, source: str, target: str, partitions: int, group: str, transactional_id: str,
+         chunk: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
                          "transaction.timeout.ms": 10000, "linger.ms": 5})
     producer.init_transactions(60)
@@ -27,7 +28,7 @@ def main(bootstrap: str, source: str, target: str, partitions: int, group: str, 
     consumer.assign([TopicPartition(source, p) for p in range(partitions)])
     print("ready", flush=True)
     while True:
-        msgs = [m for m in consumer.consume(200, 0.5) if not m.error()]
+        msgs = [m for m in consumer.consume(chunk, 0.5) if not m.error()]
         if not msgs:
             continue
         producer.begin_transaction()
@@ -39,4 +40,4 @@ def main(bootstrap: str, source: str, target: str, partitions: int, group: str, 
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], int(sys.argv[7]))
