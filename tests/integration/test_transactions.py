@@ -262,3 +262,37 @@ def test_broker_restart_mid_transactions_leaves_none_hanging(broker_factory, tmp
     for v in committed:
         by_txn[v[:5]] = by_txn.get(v[:5], 0) + 1
     assert all(c == 5 for c in by_txn.values()), "a transaction is visible in part"
+
+
+def test_admin_describes_lists_and_aborts(broker, admin, kadmin):
+    """kafka-python's admin (what kafka-transactions.sh does): ListTransactions, DescribeTransactions,
+    DescribeProducers on an open transaction, and an administrative abort (WriteTxnMarkers to the
+    partition leader) that moves the last stable offset past it."""
+    from kafka.admin import AbortTransactionSpec
+    from kafka.structs import TopicPartition
+    topic = _topic(admin, "txn-admin")
+    p = _producer(broker, "admin-txn")
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, b"open-%d" % i)
+    p.flush(30)
+    def listing(**filters) -> dict:
+        return {t.transactional_id: t for per_broker in kadmin.list_transactions(**filters).values()
+                for t in per_broker}
+
+    listed = listing()
+    assert "admin-txn" in listed and str(listed["admin-txn"].state).lower().endswith("ongoing")
+    assert "admin-txn" in listing(state_filters=["Ongoing"])
+    assert "admin-txn" not in listing(state_filters=["Empty"])
+    described = kadmin.describe_transactions(["admin-txn"])["admin-txn"]
+    assert described.producer_id == listed["admin-txn"].producer_id
+    assert {(tp.topic, tp.partition) for tp in described.topic_partitions} == {(topic, 0)}
+    tp = TopicPartition(topic, 0)
+    producers = kadmin.describe_producers([tp])[tp]
+    (active,) = [s for s in producers.active_producers if s.producer_id == described.producer_id]
+    assert active.current_transaction_start_offset == 0
+    assert end_offsets(broker.bootstrap, topic, 1, "read_committed") == [0]
+    kadmin.abort_transaction(AbortTransactionSpec(tp, active.producer_id, active.producer_epoch,
+                                                  active.coordinator_epoch))
+    assert end_offsets(broker.bootstrap, topic, 1, "read_committed") == [4]
+    assert read_values(broker.bootstrap, topic, 1, "read_committed") == []

@@ -24,6 +24,9 @@ from odradek.server.apis.offsets import handle_offset_commit, handle_offset_dele
 from odradek.server.apis.produce import handle_produce
 from odradek.server.apis.producer_ids import handle_init_producer_id
 from odradek.server.apis.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from odradek.server.apis.transactions_admin import (
+    handle_describe_producers, handle_describe_transactions, handle_list_transactions,
+)
 from odradek.server.apis.transactions import (
     handle_add_offsets_to_txn, handle_add_partitions_to_txn, handle_end_txn, handle_txn_offset_commit,
     handle_write_txn_markers,
@@ -64,5 +67,8 @@ HANDLERS: dict[int, HandlerFn] = {
     44: handle_incremental_alter_configs,
     47: handle_offset_delete,
     60: handle_describe_cluster,
+    61: handle_describe_producers,
+    65: handle_describe_transactions,
+    66: handle_list_transactions,
     75: handle_describe_topic_partitions,
 }
