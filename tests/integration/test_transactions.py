@@ -296,3 +296,30 @@ def test_admin_describes_lists_and_aborts(broker, admin, kadmin):
                                                   active.coordinator_epoch))
     assert end_offsets(broker.bootstrap, topic, 1, "read_committed") == [4]
     assert read_values(broker.bootstrap, topic, 1, "read_committed") == []
+
+
+def test_pending_transactional_offsets_are_unstable_until_commit(broker, admin):
+    """KIP-447: offsets sent in an open transaction are not committed; a read_committed consumer's
+    OffsetFetch (require_stable) is answered UNSTABLE_OFFSET_COMMIT until the COMMIT marker, then
+    gets them; aborted offsets never appear."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    topic = _topic(admin, "txn-offsets")
+    consumer = Consumer(confluent_config(broker.bootstrap, **{"group.id": "txn-offsets-group",
+                                                             "isolation.level": "read_committed"}))
+    p = _producer(broker, "offsets-txn")
+    try:
+        tp = TopicPartition(topic, 0)
+        p.begin_transaction()
+        p.produce(topic, b"x")
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 17)], consumer.consumer_group_metadata(), 30)
+        with pytest.raises(KafkaException):
+            consumer.committed([tp], timeout=2)     # retried while unstable, until the timeout
+        p.abort_transaction(30)
+        assert consumer.committed([tp], timeout=10)[0].offset < 0
+        p.begin_transaction()
+        p.produce(topic, b"y")
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 42)], consumer.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        assert consumer.committed([tp], timeout=10)[0].offset == 42
+    finally:
+        consumer.close()
