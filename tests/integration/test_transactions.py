@@ -138,7 +138,7 @@ def test_invalid_transaction_timeout(broker):
 
 def _start_copier(broker, source: str, target: str, partitions: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "tests.integration.txn_copier", broker.bootstrap, source, target,
-                             str(partitions), "copier-group", "copier", "20"], cwd=ROOT, stdout=subprocess.PIPE,
+                             str(partitions), "copier-group", "copier", "1000", "1000"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={**os.environ}, start_new_session=True)
     return proc
 
@@ -155,29 +155,27 @@ def test_copier_killed_repeatedly_copies_exactly_once(broker, admin):
 
     kills = 0
     progress = 0
-    # At least five kills, and more (up to 15) until one has left a killed copier's records in the
-    # output log (an open transaction, aborted when the next copier takes over its transactional id).
-    def aborted_output() -> bool:
-        return len(read_values(broker.bootstrap, target, partitions, "read_uncommitted")) > \
-            len(read_values(broker.bootstrap, target, partitions, "read_committed"))
 
-    while kills < 5 or (kills < 15 and not aborted_output()):
+    def mid_transaction() -> bool:
+        # Output on the broker past the last stable offset: a transaction holds records right now.
+        # (The last stable offset first: read later, it could pass a high watermark read earlier.)
+        lso = sum(end_offsets(broker.bootstrap, target, partitions, "read_committed"))
+        hw = sum(end_offsets(broker.bootstrap, target, partitions, "read_uncommitted"))
+        return hw > progress and hw > lso
+
+    while kills < 5:
         proc = _start_copier(broker, source, target, partitions)
         try:
-            # Kill it once it has written more to the output (committed or not) since the last kill.
-            wait_until(lambda: sum(end_offsets(broker.bootstrap, target, partitions, "read_uncommitted"))
-                       > progress + 300 or proc.poll() is not None, 60, "the copier to make progress")
+            # Kill it while one of its transactions holds output it has written since the last kill.
+            wait_until(lambda: mid_transaction() or proc.poll() is not None, 60, "the copier to make progress")
             assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
-            progress = sum(end_offsets(broker.bootstrap, target, partitions, "read_uncommitted"))
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
             proc.stdout.close()
+        progress = sum(end_offsets(broker.bootstrap, target, partitions, "read_uncommitted"))
         kills += 1
-        if sum(end_offsets(broker.bootstrap, source, partitions, "read_uncommitted")) * 0.8 < \
-                len(read_values(broker.bootstrap, target, partitions, "read_committed")):
-            break   # leave some work for the last copier
     proc = _start_copier(broker, source, target, partitions)
     try:
         wait_until(lambda: len(read_values(broker.bootstrap, target, partitions, "read_committed")) >= total,
