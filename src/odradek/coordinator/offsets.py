@@ -22,11 +22,14 @@ import logging
 from typing import Callable
 
 from odradek.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState
-from odradek.coordinator.records import GroupRecord, OffsetAndMetadata, OffsetRecord
+from odradek.coordinator.records import GroupRecord, OffsetAndMetadata, OffsetRecord, TxnOffsetRecord
 from odradek.coordinator.shard import GroupShard, Outcome
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages.offset_commit import (
     OffsetCommitRequest, OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+)
+from odradek.protocol.messages.txn_offset_commit import (
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 )
 
 log = logging.getLogger("odradek.coordinator")
@@ -199,4 +202,40 @@ def _expired(group: ClassicGroup, now_ms: int, retention_ms: int) -> list[tuple[
                 out.append((topic, partition))
         elif now_ms - base(o) >= retention_ms:
             out.append((topic, partition))
+    return out
+
+
+def txn_commit_offsets(shard: GroupShard, req: TxnOffsetCommitRequest, api_version: int, topic_error: TopicError,
+                       now_ms: int) -> Outcome:
+    """TxnOffsetCommit (KIP-98; KIP-447 from v3): the offsets become pending offsets of the producer's
+    transaction, committed by its COMMIT marker and dropped by its ABORT marker. A group is created
+    if needed; a member id or generation, when given, is checked as Kafka does."""
+    group = shard.group(req.group_id)
+    error = ErrorCode.NONE
+    if group is not None and api_version >= 3:
+        instance = req.group_instance_id
+        if instance is not None and group.static_members.get(instance, req.member_id) != req.member_id:
+            error = ErrorCode.FENCED_INSTANCE_ID
+        elif req.member_id and req.member_id not in group.members:
+            error = ErrorCode.UNKNOWN_MEMBER_ID
+        elif req.generation_id >= 0 and req.generation_id != group.generation:
+            error = ErrorCode.ILLEGAL_GENERATION
+    max_bytes = shard.config.offset_metadata_max_bytes
+    out = Outcome()
+    topics = []
+    for t in req.topics:
+        partitions = []
+        topic_code = error or topic_error(t.name)
+        for p in t.partitions:
+            code = topic_code
+            metadata = p.committed_metadata if p.committed_metadata is not None else ""
+            if not code and len(metadata) > max_bytes:
+                code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            if not code:
+                value = OffsetAndMetadata(p.committed_offset, p.committed_leader_epoch, metadata, now_ms, None)
+                out.records.append(TxnOffsetRecord(req.producer_id, req.producer_epoch,
+                                                   OffsetRecord(req.group_id, t.name, p.partition_index, value)))
+            partitions.append(TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code))
+        topics.append(TxnOffsetCommitResponseTopic(name=t.name, partitions=partitions))
+    out.response = TxnOffsetCommitResponse(throttle_time_ms=0, topics=topics)
     return out

@@ -16,6 +16,11 @@ We write OffsetCommitKey v1 with OffsetCommitValue v3 (v1 when the commit carrie
 timestamp, as Kafka does), and GroupMetadataKey v2 with GroupMetadataValue v3. A null value is a
 tombstone: the offset, or the group's metadata, is gone. Every operation's records go out as one v2
 batch (CreateTime, no producer id), appended like any produce.
+
+Transactional offset commits (TxnOffsetCommit; KIP-98, KIP-447) are the same OffsetCommit records in
+a transactional batch carrying the producer's id and epoch (`TxnOffsetRecord`); they stay pending
+until the transaction coordinator writes the producer's COMMIT marker to the partition, and are
+dropped at its ABORT marker (`TxnMarkerRecord`, what a control batch reads as).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from odradek.protocol.messages.group_metadata_key import GroupMetadataKey
 from odradek.protocol.messages.offset_commit_key import OffsetCommitKey
 from odradek.protocol.messages.offset_commit_value import OffsetCommitValue
 from odradek.records import RecordBatch, RecordBatchBuilder, iter_headers
+from odradek.records.header import BatchHeader
+from odradek.records.control import EndTransactionMarker
 
 log = logging.getLogger("odradek.coordinator")
 
@@ -45,7 +52,7 @@ GROUP_VALUE_VERSION = 3
 
 __all__ = [
     "GroupMetadataValue", "MemberMetadata", "OFFSETS_TOPIC", "GroupRecord", "OffsetAndMetadata",
-    "OffsetRecord", "Record", "build_batch", "decode", "encode", "iter_batches", "java_string_hash", "partition_for",
+    "OffsetRecord", "Record", "TxnMarkerRecord", "TxnOffsetRecord", "build_batch", "decode", "encode", "iter_batches", "java_string_hash", "partition_for",
 ]
 
 
@@ -100,12 +107,30 @@ class GroupRecord:
     value: GroupMetadataValue | None   # None: tombstone
 
 
-Record = Union[OffsetRecord, GroupRecord, ConsumerRecord]
+@dataclass(frozen=True, slots=True)
+class TxnOffsetRecord:
+    """An offset commit of a producer's open transaction."""
+    producer_id: int
+    producer_epoch: int
+    record: OffsetRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerRecord:
+    """A transaction marker: the producer's pending offset commits are committed or dropped."""
+    producer_id: int
+    commit: bool
+
+
+Record = Union[OffsetRecord, GroupRecord, ConsumerRecord, TxnOffsetRecord, TxnMarkerRecord]
 
 
 def encode(record: Record) -> tuple[bytes, bytes | None]:
     if isinstance(record, CONSUMER_RECORD_TYPES):
         return consumer_records.encode(record)
+    if isinstance(record, TxnOffsetRecord):
+        record = record.record
+    assert not isinstance(record, TxnMarkerRecord), "markers are written by the transaction coordinator"
     if isinstance(record, OffsetRecord):
         key = encode_record("OffsetCommitKey", OFFSET_KEY_VERSION,
                             OffsetCommitKey(group=record.group_id, topic=record.topic,
@@ -149,8 +174,16 @@ def decode(key: bytes | None, value: bytes | None) -> Record | None:
 
 
 def build_batch(records: list[Record], now_ms: int) -> bytes:
-    """One uncompressed v2 batch holding `records` in order (offsets are assigned by the log)."""
-    builder = RecordBatchBuilder()
+    """One uncompressed v2 batch holding `records` in order (offsets are assigned by the log); a
+    transactional batch of the producer when they are transactional offset commits (all of them)."""
+    first = records[0] if records else None
+    if isinstance(first, TxnOffsetRecord):
+        assert all(isinstance(r, TxnOffsetRecord) and r.producer_id == first.producer_id for r in records)
+        # Sequence numbers are not checked for a coordinator's appends; 0 keeps the batch well formed.
+        builder = RecordBatchBuilder(producer_id=first.producer_id, producer_epoch=first.producer_epoch,
+                                     base_sequence=0, is_transactional=True)
+    else:
+        builder = RecordBatchBuilder()
     for r in records:
         key, value = encode(r)
         builder.append(key, value, timestamp=now_ms)
@@ -162,13 +195,28 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, lis
     returns them; control batches (transaction markers) and unknown record types give no records."""
     for h in iter_headers(buf, allow_partial_tail=True):
         out: list[Record] = []
-        if not h.is_control:
+        if h.is_control:
+            marker = _marker(buf, h)
+            if marker is not None:
+                out.append(marker)
+        else:
             for r in RecordBatch(buf, h.pos).records():
                 try:
                     rec = decode(r.key, r.value)
                 except ProtocolError as e:
                     log.warning("skipping unreadable %s record at offset %d: %s", OFFSETS_TOPIC, r.offset, e)
                     continue
-                if rec is not None:
+                if isinstance(rec, OffsetRecord) and h.is_transactional:
+                    out.append(TxnOffsetRecord(h.producer_id, h.producer_epoch, rec))
+                elif rec is not None:
                     out.append(rec)
         yield h.next_offset, out
+
+
+def _marker(buf: bytes | bytearray | memoryview, h: BatchHeader) -> TxnMarkerRecord | None:
+    for r in RecordBatch(buf, h.pos).records():
+        try:
+            return TxnMarkerRecord(h.producer_id, EndTransactionMarker.decode(r.key, r.value).is_commit)
+        except ProtocolError as e:
+            log.warning("skipping unreadable control record at offset %d: %s", r.offset, e)
+    return None

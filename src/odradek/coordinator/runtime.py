@@ -40,7 +40,7 @@ from typing import Any, Callable, Protocol
 
 from odradek.coordinator.membership import fire
 from odradek.coordinator.offsets import remove_topics
-from odradek.coordinator.records import build_batch, iter_batches, partition_for
+from odradek.coordinator.records import TxnMarkerRecord, build_batch, iter_batches, partition_for
 from odradek.coordinator.shard import GroupConfig, GroupShard, Outcome, WaitKey
 from odradek.protocol.error_codes import ErrorCode
 
@@ -214,6 +214,13 @@ class GroupCoordinator:
             except CoordinatorError:
                 pass   # the shard is reloading; its groups are cleaned when it is loaded again
 
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The transaction coordinator wrote the producer's marker to the partition: its pending
+        offset commits are committed or dropped (a shard still loading reads the marker itself)."""
+        shard = self._shards.get(partition)
+        if shard is not None:
+            shard.replay(TxnMarkerRecord(producer_id, commit), self.clock())
+
     def query(self, group_id: str, fn: Callable[..., Any], *args: Any) -> Any:
         """A read-only look at the group's shard: `fn(shard, *args)`."""
         return fn(self.shard_for(group_id), *args)
@@ -226,6 +233,8 @@ class GroupCoordinator:
         if outcome.records:
             try:
                 end = log_.append(build_batch(outcome.records, now_ms), now_ms)
+            except CoordinatorError:
+                raise   # the log refused the batch (a fenced producer): nothing was appended
             except Exception as e:  # noqa: BLE001 - any append failure leaves the state unknown
                 log.error("appending %d records to __consumer_offsets-%d failed: %s; reloading it",
                           len(outcome.records), p, e)

@@ -29,7 +29,9 @@ from odradek.coordinator import consumer_group
 from odradek.coordinator.consumer_group import ConsumerGroup
 from odradek.coordinator.consumer_records import CONSUMER_RECORD_TYPES
 from odradek.coordinator.group import ClassicGroup, GroupState, Member
-from odradek.coordinator.records import GroupMetadataValue, GroupRecord, OffsetRecord, Record
+from odradek.coordinator.records import (
+    GroupMetadataValue, GroupRecord, OffsetAndMetadata, OffsetRecord, Record, TxnMarkerRecord, TxnOffsetRecord,
+)
 
 log = logging.getLogger("odradek.coordinator")
 
@@ -87,6 +89,8 @@ class GroupShard:
         self.new_uuid = new_uuid
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}   # KIP-848 groups (see consumer_group)
+        # producer id -> (group, topic, partition) -> offset of its open transaction (TxnOffsetCommit)
+        self.pending_txn_offsets: dict[int, dict[tuple[str, str, int], OffsetAndMetadata]] = {}
         self.timers: dict[TimerKey, int] = {}
         self._heap: list[tuple[int, int, TimerKey]] = []
         self._seq = 0
@@ -151,6 +155,17 @@ class GroupShard:
             consumer_group.replay(self, record, now_ms)
         elif isinstance(record, OffsetRecord):
             self._replay_offset(record, now_ms)
+        elif isinstance(record, TxnOffsetRecord):
+            r = record.record
+            if r.value is not None:
+                self.get_or_create(r.group_id)
+                self.pending_txn_offsets.setdefault(record.producer_id, {})[(r.group_id, r.topic, r.partition)] = \
+                    r.value
+        elif isinstance(record, TxnMarkerRecord):
+            pending = self.pending_txn_offsets.pop(record.producer_id, {})
+            if record.commit:
+                for (group_id, topic, partition), value in pending.items():
+                    self._replay_offset(OffsetRecord(group_id, topic, partition, value), now_ms)
         else:
             self._replay_group(record, now_ms)
 
@@ -165,6 +180,11 @@ class GroupShard:
             if not g.offsets and g.state == GroupState.EMPTY and g.protocol_type is None \
                     and g.generation == 0:
                 self.remove_group(g, now_ms)   # an offsets-only group with nothing left
+
+    def has_pending_txn_offsets(self, group_id: str, topic: str, partition: int) -> bool:
+        """An open transaction has committed an offset of the partition for the group (KIP-447)."""
+        key = (group_id, topic, partition)
+        return any(key in pending for pending in self.pending_txn_offsets.values())
 
     def _replay_group(self, r: GroupRecord, now_ms: int) -> None:
         g = self.group(r.group_id)

@@ -12,6 +12,8 @@ CoordinatorLoader).
   live brokers) through the controller; loads a partition's groups when this broker becomes its leader
   and unloads them when it stops leading (a leadership listener on the replica manager); answers
   which broker coordinates a group.
+- The transaction coordinator the same way on `__transaction_state` (transaction.state.log.*
+  settings; `server/txn_coordinator.py`), with its markers written through `txn_markers.py`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from odradek.server.metadata_cache import MetadataCache, MetadataImage
 from odradek.server.partition import Partition, TopicPartition
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.replica_manager import ReplicaManager
+from odradek.storage.producer_state import ProducerStateError
+from odradek.server.txn_coordinator import TxnCoordinators
 
 log = logging.getLogger("odradek.groups")
 
@@ -58,9 +62,13 @@ class PartitionWriter:
     def append(self, batch: bytes, now_ms: int) -> int:
         rules = topic_rules(self.metadata.topic_config(self.partition.topic))
         validated = validate(bytearray(batch), rules, now_ms)
-        result = self.replica_manager.append_to_leader(
-            self.partition, validated.buffer, now_ms, log_append_time=rules.timestamp_type == LOG_APPEND_TIME,
-            required_acks=-1)
+        try:
+            result = self.replica_manager.append_to_leader(
+                self.partition, validated.buffer, now_ms, log_append_time=rules.timestamp_type == LOG_APPEND_TIME,
+                required_acks=-1, coordinator=True)
+        except ProducerStateError as e:
+            # A fenced producer's transactional offset commit: refused, nothing appended.
+            raise CoordinatorError(e.error_code) from e
         return result.last_offset + 1
 
     def read(self, start_offset: int, max_bytes: int) -> bytes:
@@ -93,6 +101,9 @@ class Coordinators:
         self.controller = controller
         self.clock = clock
         self.group: GroupCoordinator | None = None
+        self.transactions = TxnCoordinators(broker_id, replica_manager, metadata, controller, clock,
+                                            lambda: self.group,
+                                            lambda part: PartitionWriter(replica_manager, metadata, part))
 
     async def start(self) -> None:
         """Start the group coordinator and load the offsets partitions this broker leads."""
@@ -102,8 +113,10 @@ class Coordinators:
         self.replica_manager.add_leadership_listener(self._leadership_changed)
         self.metadata.add_listener(self._image_changed)
         self._elect_led()
+        await self.transactions.start()
 
     async def aclose(self) -> None:
+        await self.transactions.aclose()
         if self.group is not None:
             await self.group.aclose()
             self.group = None

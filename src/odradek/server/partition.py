@@ -73,7 +73,14 @@ class PartitionLog(Protocol):
     def update_high_watermark(self, offset: int) -> int: ...
 
     def append(self, records: Records, leader_epoch: int, now_ms: int,
-               log_append_time: bool = False) -> AppendInfo: ...
+               log_append_time: bool = False, *, coordinator: bool = False) -> AppendInfo: ...
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction, None if none is open."""
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[Any]:
+        """Aborted transactions (`producer_id`, `first_offset`) overlapping the range."""
 
     def append_as_follower(self, records: Records, now_ms: int) -> AppendInfo: ...
 
@@ -184,8 +191,10 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # Transactions are not yet written by this broker; the LSO is the high watermark.
-        return self.log.high_watermark
+        """The high watermark, or the first offset of the earliest open transaction if smaller."""
+        first_unstable = self.log.first_unstable_offset
+        hw = self.log.high_watermark
+        return hw if first_unstable is None else min(hw, first_unstable)
 
     def fetch_limit(self, replica_id: int, isolation: int) -> int:
         """Where a reader's view ends: the log end for a follower (replica id >= 0), the last stable
@@ -259,7 +268,8 @@ class Partition:
 
     # ------------------------------------------------------------------------------ appends
     def append_records_to_leader(self, records: Records, now_ms: int, log_append_time: bool,
-                                 required_acks: int, min_insync_replicas: int) -> AppendResult:
+                                 required_acks: int, min_insync_replicas: int, *,
+                                 coordinator: bool = False) -> AppendResult:
         """Append validated records as the leader. Raises KafkaApiError(NOT_LEADER_OR_FOLLOWER) if
         this replica no longer leads, (NOT_ENOUGH_REPLICAS) for acks=all below min.insync.replicas."""
         if not self.is_leader:
@@ -267,7 +277,7 @@ class Partition:
         if required_acks == -1 and len(self.isr) < min_insync_replicas:
             raise KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS)
         # LogAppendTime is stamped by the validator already; the log only assigns offsets.
-        info = self.log.append(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        info = self.log.append(records, leader_epoch=self.leader_epoch, now_ms=now_ms, coordinator=coordinator)
         return AppendResult(info.first_offset, info.last_offset, now_ms if log_append_time else -1,
                             self.log.log_start_offset, info.duplicate)
 

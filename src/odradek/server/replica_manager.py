@@ -36,7 +36,7 @@ from odradek.cluster.topics import INTERNAL_TOPICS
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.partition import (
-    AppendInfo, AppendResult, LeaderAndIsrState, Partition, PartitionLog, Records, TopicPartition,
+    READ_COMMITTED, AppendInfo, AppendResult, LeaderAndIsrState, Partition, PartitionLog, Records, TopicPartition,
 )
 from odradek.server.purgatory import Purgatory
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
@@ -75,6 +75,7 @@ class LogReadResult:
     log_start_offset: int = -1
     slices: list = field(default_factory=list)
     size: int = 0
+    aborted_transactions: list | None = None   # read_committed: (producer_id, first_offset) entries
 
 
 class ReplicaManager:
@@ -141,11 +142,13 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------------------ appends
     def append_to_leader(self, part: Partition, records: Records, now_ms: int, *, log_append_time: bool,
-                         required_acks: int) -> AppendResult:
-        """Append validated records as leader. Raises KafkaApiError (NOT_LEADER_OR_FOLLOWER,
-        NOT_ENOUGH_REPLICAS), StorageError, ProducerStateError."""
+                         required_acks: int, coordinator: bool = False) -> AppendResult:
+        """Append validated records as leader (`coordinator`: a coordinator's own records or markers,
+        no sequence checks). Raises KafkaApiError (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS),
+        StorageError, ProducerStateError."""
         min_isr = self._min_insync_replicas(part.topic) if required_acks == -1 else 1
-        result = part.append_records_to_leader(records, now_ms, log_append_time, required_acks, min_isr)
+        result = part.append_records_to_leader(records, now_ms, log_append_time, required_acks, min_isr,
+                                               coordinator=coordinator)
         self._appended(part)
         return result
 
@@ -291,6 +294,8 @@ class ReplicaManager:
             result.error = ErrorCode.KAFKA_STORAGE_ERROR
             return result
         result.size = sum(s.length for s in result.slices)
+        if isolation == READ_COMMITTED and replica_id < 0 and result.slices:
+            result.aborted_transactions = part.log.collect_aborted_transactions(fetch_offset, limit)
         return result
 
     async def wait_for_data(self, keys: list[TopicPartition], timeout_ms: int) -> bool:

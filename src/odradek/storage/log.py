@@ -6,6 +6,7 @@ Directory `<log.dir>/<topic>-<partition>/`:
     00000000000001048576.log / ...                    named by base offset
     leader-epoch-checkpoint                           see epoch_cache.py
     00000000000001048576.snapshot                     producer state, see producer_state.py
+    00000000000001048576.txnindex                     aborted transactions, see txn_index.py
     *.deleted                                         segments waiting for file.delete.delay.ms
     *.cleaned, *.swap                                 a cleaned segment being swapped in, see
                                                       cleaner_swap.py (resolved on open)
@@ -53,10 +54,12 @@ from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP
 from odradek.storage.names import parse_partition_dir_name
-from odradek.storage.producer_state import ProducerStateManager, load_producer_state
+from odradek.storage.producer_state import CompletedTxn, PreparedAppend, ProducerStateManager, \
+    load_producer_state
 from odradek.storage.recovery import recover_segment
 from odradek.storage.segment import DELETED_SUFFIX, LogSegment
 from odradek.storage.timestamps import SCAN_BUDGET_BYTES, Decompress, TimestampScan
+from odradek.storage.txn_index import AbortedTxn
 
 MAX_LOADED_INACTIVE_SEGMENTS = 8  # inactive segments whose indexes stay in memory, per log
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
@@ -203,17 +206,18 @@ class Log:
     # ---- appending -------------------------------------------------------------------------------
 
     def append(self, records, leader_epoch: int, now_ms: int,
-               log_append_time: bool = False) -> LogAppendInfo:
+               log_append_time: bool = False, *, coordinator: bool = False) -> LogAppendInfo:
         """Leader append of validated v2 batches: assign offsets from the log end offset by patching
         each batch's base_offset and partition_leader_epoch in place, then write them with one call.
 
         `records` should be writable (bytearray, memoryview of one); read-only bytes are copied once.
         With `log_append_time`, each batch's max_timestamp becomes now_ms, its timestamp type
-        LogAppendTime, and its CRC is recomputed (the CRC covers those fields)."""
+        LogAppendTime, and its CRC is recomputed (the CRC covers those fields). A `coordinator`
+        append (transactional offset commits) skips the producers' sequence checks."""
         buf, headers = self._parse(records)
         first = next_offset = self._log_end_offset
         producers = self.producer_state.prepare(
-            headers, first, log_append_time_ms=now_ms if log_append_time else None)
+            headers, first, log_append_time_ms=now_ms if log_append_time else None, coordinator=coordinator)
         if (dup := producers.duplicate) is not None:
             return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.last_offset,
                                  -1, self._log_start_offset, 0, 0, duplicate=True)
@@ -231,6 +235,7 @@ class Log:
             next_offset = last + 1
         self._maybe_roll(len(buf), max_ts, first, next_offset - 1, now_ms).append(buf)
         self._log_end_offset = next_offset
+        self._index_completed_txns(producers)
         self.producer_state.complete(producers, next_offset, now_ms)
         if leader_epoch >= 0:
             self.leader_epoch_cache.assign(leader_epoch, first)
@@ -260,6 +265,7 @@ class Log:
         producers = self.producer_state.prepare(headers, validate=False)
         self._maybe_roll(len(buf), max_ts, first, last, now_ms).append(buf)
         self._log_end_offset = next_offset
+        self._index_completed_txns(producers)
         self.producer_state.complete(producers, next_offset, now_ms)
         for h in headers:
             if h.partition_leader_epoch >= 0:
@@ -267,6 +273,40 @@ class Log:
         self._maybe_flush_messages(now_ms)
         return LogAppendInfo(first, last, max_ts, offset_of_max, -1, self._log_start_offset,
                              len(headers), len(buf))
+
+    # ---- transactions ----------------------------------------------------------------------------
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (None if none is open): the last stable
+        offset is the smaller of this and the high watermark."""
+        return self.producer_state.first_unstable_offset
+
+    def _index_completed_txns(self, prepared: PreparedAppend) -> None:
+        for txn in prepared.completed_txns:
+            if txn.is_aborted:
+                self.index_aborted_txn(txn, self.producer_state.last_stable_offset(txn))
+
+    def index_aborted_txn(self, txn: CompletedTxn, last_stable_offset: int) -> None:
+        """Record an aborted transaction in the transaction index of the segment holding its marker
+        (an entry already there, replayed after recovery, is not written twice)."""
+        segment = self._segments[self._segment_index(txn.last_offset)]
+        segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset,
+                                            last_stable_offset))
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset, upper_bound_offset)
+        must be told about (Kafka's collectAbortedTransactions): from the segment holding
+        fetch_offset onward, until an entry shows every later one starts at or after the bound."""
+        found: list[AbortedTxn] = []
+        for segment in self._segments[self._segment_index(fetch_offset):]:
+            if segment.base_offset >= upper_bound_offset and segment.txn_index.empty:
+                continue
+            entries, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            found += entries
+            if complete:
+                break
+        return found
 
     def _parse(self, records) -> tuple[memoryview, list[BatchHeader]]:
         view = memoryview(records)
@@ -497,6 +537,9 @@ class Log:
                 or any(a is not b for a, b in zip(self._segments[i:i + len(old)], old)):
             return False
         assert cleaned.base_offset == old[0].base_offset
+        for segment in old:   # the cleaner keeps markers: their aborted transactions stay indexed
+            for txn in segment.txn_index.entries():
+                cleaned.txn_index.append(txn)
         commit_swap(self.dir, cleaned, old)
         self._segments[i:i + len(old)] = [cleaned]
         self._base_offsets[i:i + len(old)] = [cleaned.base_offset]
@@ -604,6 +647,6 @@ def _clean_directory(directory: Path) -> list[int]:
         path = directory / name
         if name.endswith((DELETED_SUFFIX, ".tmp")):
             path.unlink(missing_ok=True)
-        elif name.endswith((".index", ".timeindex")) and name.split(".")[0] not in logs:
+        elif name.endswith((".index", ".timeindex", ".txnindex")) and name.split(".")[0] not in logs:
             path.unlink(missing_ok=True)
     return sorted(bases)

@@ -43,6 +43,12 @@ state covers every batch below it), in Kafka's ProducerSnapshot format, version 
       coordinator_epoch        int32   -1 if no marker was written for it
       current_txn_first_offset int64   -1 if no transaction is open
 
+Open transactions: `ongoing` maps each producer with an open transaction to its first offset; the
+smallest is the partition's first unstable offset, below which the last stable offset stays (the
+high watermark caps it too). When a marker completes a transaction, `last_stable_offset(txn)` is
+what the last stable offset becomes once it is written: the first offset of the earliest other open
+transaction, or the offset after the marker (written into the transaction index, txn_index.py).
+
 Only the last batch of each producer is kept in a snapshot, as in Kafka. A snapshot is written when
 a segment rolls (at the new segment's base offset) and on clean shutdown (at the log end offset),
 and is deleted with the segment that starts at its offset. On open the newest readable snapshot at
@@ -245,6 +251,7 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.expiration_check_interval_ms = expiration_check_interval_ms
         self.producers: dict[int, ProducerStateEntry] = {}
+        self.ongoing: dict[int, int] = {}   # producer id -> first offset of its open transaction
         self.map_end_offset = 0   # the state covers every batch below this offset
         self.last_snap_offset = 0
         self._snapshots = list_snapshot_offsets(directory)
@@ -264,10 +271,12 @@ class ProducerStateManager:
     # ---- appending -------------------------------------------------------------------------------
 
     def prepare(self, batches: Iterable, first_offset: int | None = None, *, validate: bool = True,
-                log_append_time_ms: int | None = None) -> PreparedAppend:
+                log_append_time_ms: int | None = None, coordinator: bool = False) -> PreparedAppend:
         """Validate (`validate`: a client's batches at the leader) and compute the state after the
         batches. Leader appends pass `first_offset`, the offset the first batch will get (the
-        batches are consecutive); otherwise each batch's own base offset counts. Changes nothing."""
+        batches are consecutive); otherwise each batch's own base offset counts. A coordinator's
+        append (`coordinator`: transactional offset commits, Kafka's AppendOrigin.COORDINATOR) has
+        its epochs checked but no sequence numbers. Changes nothing."""
         prepared = PreparedAppend()
         updated = prepared.updated
         known_epochs: dict[int, int] = {}
@@ -282,7 +291,7 @@ class ProducerStateManager:
                 continue
             last_offset = base + h.last_offset_delta
             is_control = bool(h.attributes & CONTROL_MASK)
-            if validate and not is_control:
+            if validate and not is_control and not coordinator:
                 if h.base_sequence < 0:
                     raise InvalidSequenceRecordError(
                         f"invalid sequence number {h.base_sequence} in a batch of producer {pid}")
@@ -305,7 +314,8 @@ class ProducerStateManager:
                 if txn is not None:
                     prepared.completed_txns.append(txn)
             else:
-                _append_data(entry, h, base, last_offset, timestamp, known_epochs[pid], validate)
+                _append_data(entry, h, base, last_offset, timestamp, known_epochs[pid], validate,
+                             check_sequence=validate and not coordinator)
         return prepared
 
     def complete(self, prepared: PreparedAppend, end_offset: int,
@@ -314,6 +324,11 @@ class ProducerStateManager:
         `end_offset`. With `now_ms`, expired producers are removed when the check is due."""
         assert prepared.duplicate is None, "a duplicate is never written"
         self.producers.update(prepared.updated)
+        for pid, entry in prepared.updated.items():
+            if entry.current_txn_first_offset >= 0:
+                self.ongoing[pid] = entry.current_txn_first_offset
+            else:
+                self.ongoing.pop(pid, None)
         self.map_end_offset = max(self.map_end_offset, end_offset)
         if now_ms is not None:
             if self._next_expiration_check_ms is None:
@@ -321,6 +336,20 @@ class ProducerStateManager:
             elif now_ms >= self._next_expiration_check_ms:
                 self.remove_expired_producers(now_ms)
                 self._next_expiration_check_ms = now_ms + self.expiration_check_interval_ms
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction, None if none is open."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset(self, txn: CompletedTxn) -> int:
+        """The last stable offset once `txn`'s marker is written (Kafka's lastStableOffset)."""
+        others = [first for pid, first in self.ongoing.items() if pid != txn.producer_id]
+        return min(others) if others else txn.last_offset + 1
+
+    def _rebuild_ongoing(self) -> None:
+        self.ongoing = {pid: e.current_txn_first_offset for pid, e in self.producers.items()
+                        if e.current_txn_first_offset >= 0}
 
     def is_expired(self, entry: ProducerStateEntry, now_ms: int) -> bool:
         return entry.current_txn_first_offset < 0 \
@@ -371,12 +400,15 @@ class ProducerStateManager:
             for entry in entries:
                 if not self.is_expired(entry, now_ms):
                     self.producers[entry.producer_id] = entry
+            self._rebuild_ongoing()
             self.map_end_offset = self.last_snap_offset = offset
             return
+        self._rebuild_ongoing()
         self.map_end_offset = self.last_snap_offset = log_start_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing.clear()
         for snapshot in list(self._snapshots):
             self._delete_snapshot(snapshot)
         self.last_snap_offset = 0
@@ -402,7 +434,7 @@ class ProducerStateManager:
 
 
 def _append_data(entry: ProducerStateEntry, h, first_offset: int, last_offset: int, timestamp: int,
-                 known_epoch: int, validate: bool) -> None:
+                 known_epoch: int, validate: bool, check_sequence: bool = True) -> None:
     pid, epoch, first_seq = entry.producer_id, h.producer_epoch, h.base_sequence
     if epoch < entry.producer_epoch:
         message = (f"epoch {epoch} of producer {pid} at offset {first_offset} is older than its "
@@ -410,7 +442,7 @@ def _append_data(entry: ProducerStateEntry, h, first_offset: int, last_offset: i
         if validate:
             raise InvalidProducerEpochError(message)
         log.warning("%s", message)
-    if validate:
+    if check_sequence:
         if epoch != entry.producer_epoch:
             if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
                 raise OutOfOrderSequenceError(
@@ -590,7 +622,15 @@ def load_producer_state(log, now_ms: int, *, clean_shutdown: bool = False) -> No
     state.truncate_and_reload(log.log_start_offset, end, now_ms)
     if end > state.map_end_offset:
         start = max(state.map_end_offset, log.log_start_offset)
-        state.complete(state.prepare(_batches_after(log, start, end), validate=False), end)
+        floor = min(state.ongoing.values(), default=end)
+        prepared = state.prepare(_batches_after(log, start, end), validate=False)
+        state.complete(prepared, end)
+        # The exact last stable offset at each marker is not known here; a lower bound only makes a
+        # read_committed search read further (txn_index.py), never miss an entry.
+        floor = min([floor, *state.ongoing.values(), *(t.first_offset for t in prepared.completed_txns)])
+        for txn in prepared.completed_txns:
+            if txn.is_aborted:
+                log.index_aborted_txn(txn, min(floor, txn.last_offset + 1))
     state.update_map_end_offset(end)
     state.take_snapshot()
 

@@ -38,4 +38,5 @@ def recover_segment(segment: LogSegment) -> int:
     cut = file_size - valid_end
     if cut:
         segment.truncate_to_position(valid_end)
+    segment.txn_index.truncate_to(segment.next_offset)   # markers cut with the tail
     return cut

@@ -5,6 +5,7 @@ Files, in the partition directory, named by the segment's base offset zero-padde
     00000000000000000000.log        v2 batches back to back, exactly as on the wire (see scan.py)
     00000000000000000000.index      OffsetIndex (see index.py)
     00000000000000000000.timeindex  TimeIndex (see index.py)
+    00000000000000000000.txnindex   TransactionIndex, aborted transactions (see txn_index.py)
 
 A segment the cleaner is writing carries a suffix after each name (`.cleaned`, then `.swap` while it
 is being swapped in; see cleaner_swap.py); `change_suffix` renames the indexes first and the `.log`
@@ -36,6 +37,7 @@ from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 from odradek.storage.scan import BatchInfo, scan_batches
 from odradek.storage.timestamps import SCAN_BUDGET_BYTES, Decompress, TimestampScan
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -67,6 +69,10 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / (segment_file_name(base_offset, TIME_INDEX_SUFFIX) + suffix), base_offset,
             max_index_bytes, new=new)
+        self.txn_index = TransactionIndex(
+            directory / (segment_file_name(base_offset, TXN_INDEX_SUFFIX) + suffix))
+        if new:
+            self.txn_index.reset()   # a leftover of a segment that once started here
         # Tail state: known after an append, a recovery or a lazy scan from the last index entry.
         self._next_offset: int | None = base_offset if new else None
         self._max_timestamp = NO_TIMESTAMP
@@ -218,6 +224,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.truncate_to_position(first.position)
         self._next_offset = None  # recomputed from the remaining indexes and the tail
         return removed
@@ -351,7 +358,7 @@ class LogSegment:
     def change_suffix(self, old: str, new: str, between: Callable[[], None] | None = None) -> None:
         """Rename `<name><old>` to `<name><new>` for the indexes, then (after calling `between`)
         for the .log file."""
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(_replace_suffix(index.path, old, new))
         if between is not None:
             between()
@@ -371,7 +378,7 @@ class LogSegment:
         deleted = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.replace(self.log_path, deleted)
         self.log_path = deleted
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             if index.path.exists():
                 index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
@@ -380,6 +387,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
 
 def _replace_suffix(path: Path, old: str, new: str) -> Path:

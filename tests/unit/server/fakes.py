@@ -125,6 +125,11 @@ class MemoryLog:
         self.high_watermark = 0
         self.leader_epoch_cache = EpochCache()
         self.size_bytes = 0
+        self.first_unstable_offset: int | None = None
+        self.aborted: list = []
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list:
+        return [a for a in self.aborted if a.last_offset >= fetch_offset and a.first_offset < upper_bound_offset]
 
     def update_config(self, config: object) -> None:
         self.config = config
@@ -133,7 +138,8 @@ class MemoryLog:
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
         return self.high_watermark
 
-    def append(self, records: Any, leader_epoch: int, now_ms: int, log_append_time: bool = False) -> AppendInfo:
+    def append(self, records: Any, leader_epoch: int, now_ms: int, log_append_time: bool = False, *,
+               coordinator: bool = False) -> AppendInfo:
         buf = bytearray(records)
         first = offset = self.log_end_offset
         for h in list(iter_headers(buf)):

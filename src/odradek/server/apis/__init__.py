@@ -31,6 +31,13 @@ from odradek.server.apis.offsets import handle_offset_commit, handle_offset_dele
 from odradek.server.apis.produce import handle_produce
 from odradek.server.apis.producer_ids import handle_init_producer_id
 from odradek.server.apis.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from odradek.server.apis.transactions_admin import (
+    handle_describe_producers, handle_describe_transactions, handle_list_transactions,
+)
+from odradek.server.apis.transactions import (
+    handle_add_offsets_to_txn, handle_add_partitions_to_txn, handle_end_txn, handle_txn_offset_commit,
+    handle_write_txn_markers,
+)
 
 HANDLERS: dict[int, HandlerFn] = {
     0: handle_produce,
@@ -57,6 +64,11 @@ HANDLERS: dict[int, HandlerFn] = {
     21: handle_delete_records,
     22: handle_init_producer_id,
     23: handle_offset_for_leader_epoch,
+    24: handle_add_partitions_to_txn,
+    25: handle_add_offsets_to_txn,
+    26: handle_end_txn,
+    27: handle_write_txn_markers,
+    28: handle_txn_offset_commit,
     42: handle_delete_groups,
     43: handle_elect_leaders,
     32: handle_describe_configs,
@@ -69,5 +81,8 @@ HANDLERS: dict[int, HandlerFn] = {
     60: handle_describe_cluster,
     68: handle_consumer_group_heartbeat,
     69: handle_consumer_group_describe,
+    61: handle_describe_producers,
+    65: handle_describe_transactions,
+    66: handle_list_transactions,
     75: handle_describe_topic_partitions,
 }

@@ -14,7 +14,8 @@
   with a partial message (an overflow entry), which those readers report as a message too large for
   their fetch size, and a partition the response limit cuts is left for the next fetch.
 - Consumers read below the high watermark (read_uncommitted) or the last stable offset
-  (read_committed); followers (replica id >= 0) read to the log end.
+  (read_committed, with the aborted transactions of the range from the transaction indexes, so the
+  consumer drops their batches); followers (replica id >= 0) read to the log end.
 - Versions 0-3 predate record batch v2: their records are down-converted to magic 0 (v0-1) or 1
   (v2-3) lazily, a bounded chunk at a time on the worker pool while the response is sent (KIP-283,
   `record_slices.LegacyRecords`); a topic with `message.downconversion.enable=false` answers
@@ -104,6 +105,9 @@ def _read_partition(ctx: RequestContext, topic: str | None, fp: m.FetchPartition
         pd.records = OVERSIZED_FIRST_BATCH
         return pd, len(OVERSIZED_FIRST_BATCH)
     pd.records = RecordSlices(r.slices)
+    if r.aborted_transactions:
+        pd.aborted_transactions = [m.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                                   for a in r.aborted_transactions]
     return pd, r.size
 
 

@@ -56,8 +56,10 @@ def _find_one(ctx: RequestContext, key: str, key_type: int) -> tuple[ErrorCode, 
     node_id: int | None = ctx.broker_id
     if key_type == GROUP_KEY_TYPE:
         node_id = ctx.coordinators.group_coordinator_id(key)
-        if node_id is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, None
+    else:
+        node_id = ctx.coordinators.transactions.coordinator_id(key)
+    if node_id is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, None
     for b, endpoint in ctx.metadata.image.alive_endpoints(ctx.listener_name):
         if b.broker_id == node_id:
             return ErrorCode.NONE, node_id, endpoint

@@ -117,16 +117,31 @@ async def handle_offset_fetch(ctx: RequestContext, request: of.OffsetFetchReques
         if code and v < 2:
             # No group-level error field before v2: every partition carries it.
             found = [(name, [(p, None) for p in parts]) for name, parts in topics or []]
+        unstable = _unstable(ctx, request.group_id, found) if v >= 7 and request.require_stable else set()
         out = [of.OffsetFetchResponseTopic(name=name, partitions=[
+            _partition(of.OffsetFetchResponsePartition, p, None, ErrorCode.UNSTABLE_OFFSET_COMMIT)
+            if (name, p) in unstable else
             _partition(of.OffsetFetchResponsePartition, p, o, code if v < 2 else ErrorCode.NONE)
             for p, o in parts]) for name, parts in found]
         return of.OffsetFetchResponse(throttle_time_ms=0, topics=out, error_code=code)
     image = ctx.metadata.image
-    return of.OffsetFetchResponse(throttle_time_ms=0, groups=[_fetch_group(ctx, image, g) for g in request.groups])
+    return of.OffsetFetchResponse(throttle_time_ms=0, groups=[_fetch_group(ctx, image, g, request.require_stable)
+                                                              for g in request.groups])
 
 
-def _fetch_group(ctx: RequestContext, image: MetadataImage,
-                 g: of.OffsetFetchRequestGroup) -> of.OffsetFetchResponseGroup:
+def _unstable(ctx: RequestContext, group_id: str, found: list) -> set[tuple[str, int]]:
+    """KIP-447 (require_stable): partitions with offsets pending in an open transaction, answered
+    UNSTABLE_OFFSET_COMMIT so the consumer retries instead of starting from a stale offset."""
+    try:
+        return coordinator_of(ctx).query(group_id, lambda shard: {
+            (name, p) for name, parts in found for p, _ in parts
+            if shard.has_pending_txn_offsets(group_id, name, p)})
+    except CoordinatorError:
+        return set()
+
+
+def _fetch_group(ctx: RequestContext, image: MetadataImage, g: of.OffsetFetchRequestGroup,
+                 require_stable: bool = False) -> of.OffsetFetchResponseGroup:
     """One group of an OffsetFetch v8+."""
     v = ctx.api_version
     topics: list[tuple[str | None, list[int]]] | None
@@ -138,8 +153,12 @@ def _fetch_group(ctx: RequestContext, image: MetadataImage,
         topics = [(t.name, list(t.partition_indexes)) for t in g.topics]
     named = None if topics is None else [(n, ps) for n, ps in topics if n is not None]
     code, found = _fetch(ctx, g.group_id, named, g.member_id, g.member_epoch)
+    unstable = _unstable(ctx, g.group_id, found) if require_stable else set()
     out = [of.OffsetFetchResponseTopics(name=name, topic_id=_id_of(image, name) if v >= 10 else ZERO_UUID,
-                                        partitions=[_partition(of.OffsetFetchResponsePartitions, p, o)
+                                        partitions=[_partition(of.OffsetFetchResponsePartitions, p, None,
+                                                               ErrorCode.UNSTABLE_OFFSET_COMMIT)
+                                                    if (name, p) in unstable else
+                                                    _partition(of.OffsetFetchResponsePartitions, p, o)
                                                     for p, o in parts])
            for name, parts in found]
     if v >= 10 and topics and not code:

@@ -4,9 +4,8 @@ Producer ids come from blocks of 1,000 claimed in the metadata store (`/latest_p
 Kafka's ZooKeeper-era ProducerIdManager claimed them; `cluster/producer_ids.py`) and handed out from
 memory, so ids stay unique and increasing across restarts and only one call in 1,000 writes to the
 store. When no block can be claimed (a full disk) the answer is COORDINATOR_LOAD_IN_PROGRESS,
-retriable, as Kafka answers while its next block is not there. Transactional ids need the
-transaction coordinator, which is not built yet: until it is they are refused with a non-retriable
-error, so a transactional producer fails at once instead of retrying forever.
+retriable, as Kafka answers while its next block is not there. A transactional id goes to the
+transaction coordinator (`apis/transactions.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import logging
 from odradek.cluster.store import StoreError
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import init_producer_id as m
+from odradek.server.apis.transactions import init_transactional_producer
 from odradek.server.context import RequestContext
 
 log = logging.getLogger("odradek.producer_ids")
@@ -23,8 +23,7 @@ log = logging.getLogger("odradek.producer_ids")
 
 async def handle_init_producer_id(ctx: RequestContext, request: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
     if request.transactional_id is not None:
-        return m.InitProducerIdResponse(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                        producer_id=-1, producer_epoch=-1)
+        return await init_transactional_producer(ctx, request)
     # Without a transactional id every call gets a fresh id at epoch 0, as Kafka does (also when a
     # producer that hit an error asks with its old id and epoch, KIP-360).
     try:

@@ -1,0 +1,211 @@
+"""Transaction APIs: InitProducerId with a transactional id (22), AddPartitionsToTxn (24),
+AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), TxnOffsetCommit (28) (seed 003, "Message
+Delivery Semantics" and the protocol guide's entries for these keys; KIP-98, KIP-360, KIP-447,
+KIP-588; DESIGN, "How data flows: Groups and transactions").
+
+Each handler asks the transaction coordinator runtime (`ctx.coordinators.transactions`) to run a
+pure operation of `coordinator/transactions.py`; TxnOffsetCommit goes to the group coordinator,
+whose offsets stay pending until the transaction's marker. An id whose `__transaction_state`
+partition this broker does not lead gets NOT_COORDINATOR, one still loading
+COORDINATOR_LOAD_IN_PROGRESS.
+
+PRODUCER_FENCED (KIP-588) is answered as INVALID_PRODUCER_EPOCH to the versions that predate it:
+InitProducerId below v4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2.
+AddPartitionsToTxn v4+ (brokers only) carries several transactions; `verify_only` asks whether
+partitions are in an open transaction (KIP-890's verification) without adding them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from odradek.cluster.store import StoreError
+from odradek.coordinator import offsets
+from odradek.coordinator.records import OFFSETS_TOPIC, partition_for
+from odradek.coordinator.runtime import CoordinatorError
+from odradek.coordinator.transactions import (
+    NEED_PRODUCER_ID, InitResult, add_partitions, end_txn, init_producer_id, verify_partitions,
+)
+from odradek.coordinator.transactions_runtime import TransactionCoordinator
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import add_offsets_to_txn as ao
+from odradek.protocol.messages import add_partitions_to_txn as ap
+from odradek.protocol.messages import end_txn as et
+from odradek.protocol.messages import init_producer_id as ip
+from odradek.protocol.messages import txn_offset_commit as toc
+from odradek.protocol.messages import write_txn_markers as wtm
+from odradek.server.context import RequestContext
+from odradek.server.txn_markers import Marker, append_markers
+
+log = logging.getLogger("odradek.transactions")
+
+Partitions = list[tuple[str, int]]
+
+
+def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
+    return ctx.coordinators.transactions.txn_coordinator()
+
+
+def _fenced(code: ErrorCode, ctx: RequestContext, first_version: int) -> ErrorCode:
+    """PRODUCER_FENCED for the versions that know it, INVALID_PRODUCER_EPOCH for older ones."""
+    if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < first_version:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
+# ------------------------------------------------------------------------------------ InitProducerId
+async def init_transactional_producer(ctx: RequestContext, request: ip.InitProducerIdRequest) -> ip.InitProducerIdResponse:
+    def answer(result: InitResult) -> ip.InitProducerIdResponse:
+        return ip.InitProducerIdResponse(throttle_time_ms=0, error_code=_fenced(result.error, ctx, 4),
+                                         producer_id=result.producer_id, producer_epoch=result.producer_epoch)
+
+    txn_id = request.transactional_id
+    if not txn_id:
+        return answer(InitResult(ErrorCode.INVALID_REQUEST))
+    expected_pid = request.producer_id if ctx.api_version >= 3 else -1
+    expected_epoch = request.producer_epoch if ctx.api_version >= 3 else -1
+    new_pid: int | None = None
+    for _ in range(2):
+        try:
+            result = await _coordinator(ctx).execute(txn_id, init_producer_id, txn_id, request.transaction_timeout_ms,
+                                                     expected_pid, expected_epoch, new_pid)
+        except CoordinatorError as e:
+            return answer(InitResult(e.code))
+        if result is not NEED_PRODUCER_ID:
+            assert isinstance(result, InitResult)
+            return answer(result)
+        try:
+            new_pid = await ctx.controller.next_producer_id()
+        except StoreError as e:
+            log.warning("no producer id block: %s", e)
+            return answer(InitResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS))
+    return answer(InitResult(ErrorCode.CONCURRENT_TRANSACTIONS))
+
+
+# ------------------------------------------------------------------------------------ AddPartitionsToTxn
+def _unknown_partitions(ctx: RequestContext, partitions: Partitions) -> set[tuple[str, int]]:
+    image = ctx.metadata.image
+    return {tp for tp in partitions if not image.has_partition(tp[0], tp[1])}
+
+
+def _topic_results(partitions: Partitions, errors: dict[tuple[str, int], ErrorCode]
+                   ) -> list[ap.AddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[ap.AddPartitionsToTxnPartitionResult]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp[0], []).append(
+            ap.AddPartitionsToTxnPartitionResult(partition_index=tp[1], partition_error_code=errors[tp]))
+    return [ap.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs) for t, rs in by_topic.items()]
+
+
+async def _add(ctx: RequestContext, txn_id: str, producer_id: int, producer_epoch: int, partitions: Partitions,
+               verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
+    unknown = _unknown_partitions(ctx, partitions)
+    if unknown:
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in partitions}
+    try:
+        if verify_only:
+            verified: dict[tuple[str, int], ErrorCode] = _coordinator(ctx).query(
+                txn_id, verify_partitions, txn_id, producer_id, producer_epoch, partitions)
+            return verified
+        code = await _coordinator(ctx).execute(txn_id, add_partitions, txn_id, producer_id, producer_epoch,
+                                               partitions)
+    except CoordinatorError as e:
+        code = e.code
+    return {tp: _fenced(code, ctx, 2) for tp in partitions}
+
+
+def _partitions_of(topics: list[ap.AddPartitionsToTxnTopic]) -> Partitions:
+    seen: dict[tuple[str, int], None] = {}
+    for t in topics:
+        for p in t.partitions:
+            seen[(t.name, p)] = None
+    return list(seen)
+
+
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: ap.AddPartitionsToTxnRequest
+                                       ) -> ap.AddPartitionsToTxnResponse:
+    if ctx.api_version <= 3:
+        partitions = _partitions_of(request.v3_and_below_topics)
+        errors = await _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                            request.v3_and_below_producer_epoch, partitions, False)
+        return ap.AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(
+            partitions, errors))
+    results = []
+    for txn in request.transactions:
+        partitions = _partitions_of(txn.topics)
+        errors = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions,
+                            txn.verify_only)
+        results.append(ap.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
+                                                   topic_results=_topic_results(partitions, errors)))
+    return ap.AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
+                                         results_by_transaction=results)
+
+
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: ao.AddOffsetsToTxnRequest
+                                    ) -> ao.AddOffsetsToTxnResponse:
+    info = ctx.coordinators.ensure_offsets_topic()
+    if info is None:
+        return ao.AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    tp = (OFFSETS_TOPIC, partition_for(request.group_id, len(info.partitions)))
+    try:
+        code = await _coordinator(ctx).execute(request.transactional_id, add_partitions, request.transactional_id,
+                                               request.producer_id, request.producer_epoch, [tp])
+    except CoordinatorError as e:
+        code = e.code
+    return ao.AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=_fenced(code, ctx, 2))
+
+
+# ------------------------------------------------------------------------------------ EndTxn
+async def handle_end_txn(ctx: RequestContext, request: et.EndTxnRequest) -> et.EndTxnResponse:
+    try:
+        code = await _coordinator(ctx).execute(request.transactional_id, end_txn, request.transactional_id,
+                                               request.producer_id, request.producer_epoch, request.committed)
+    except CoordinatorError as e:
+        code = e.code
+    ok = code == ErrorCode.NONE
+    return et.EndTxnResponse(throttle_time_ms=0, error_code=_fenced(code, ctx, 2),
+                             producer_id=request.producer_id if ok else -1,
+                             producer_epoch=request.producer_epoch if ok else -1)
+
+
+# ------------------------------------------------------------------------------------ TxnOffsetCommit
+async def handle_txn_offset_commit(ctx: RequestContext, request: toc.TxnOffsetCommitRequest
+                                   ) -> toc.TxnOffsetCommitResponse:
+    image = ctx.metadata.image
+
+    def topic_error(name: str | None) -> ErrorCode:
+        return ErrorCode.NONE if name is not None and image.topic(name) is not None \
+            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    try:
+        response: toc.TxnOffsetCommitResponse = await ctx.coordinators.group_coordinator().execute(
+            request.group_id, offsets.txn_commit_offsets, request, ctx.api_version, topic_error)
+        return response
+    except CoordinatorError as e:
+        code = e.code
+    return toc.TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
+        toc.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
+            toc.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
+            for p in t.partitions]) for t in request.topics])
+
+
+# ------------------------------------------------------------------------------------ WriteTxnMarkers
+async def handle_write_txn_markers(ctx: RequestContext, request: wtm.WriteTxnMarkersRequest
+                                   ) -> wtm.WriteTxnMarkersResponse:
+    markers = [Marker(m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
+                      [(t.name, p) for t in m.topics for p in t.partition_indexes]) for m in request.markers]
+    group: Any
+    try:
+        group = ctx.coordinators.group_coordinator()
+    except CoordinatorError:
+        group = None
+    results = await append_markers(ctx.replica_manager, group, markers, ctx.clock())
+    out = []
+    for m, errors in zip(request.markers, results):
+        topics = [wtm.WritableTxnMarkerTopicResult(name=t.name, partitions=[
+            wtm.WritableTxnMarkerPartitionResult(partition_index=p, error_code=errors[(t.name, p)])
+            for p in t.partition_indexes]) for t in m.topics]
+        out.append(wtm.WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
+    return wtm.WriteTxnMarkersResponse(markers=out)

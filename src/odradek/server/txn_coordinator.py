@@ -1,0 +1,137 @@
+"""The broker's side of the transaction coordinator (DESIGN, "How data flows: Groups and
+transactions"; Kafka's TransactionStateManager topic handling and TransactionCoordinator start-up).
+
+- creates `__transaction_state` on first need (FindCoordinator with key type 1):
+  transaction.state.log.num.partitions partitions (50), cleanup.policy=compact,
+  transaction.state.log.segment.bytes, min.insync.replicas transaction.state.log.min.isr, and
+  transaction.state.log.replication.factor capped at the live brokers (one broker in embedded mode
+  gets 1, as for the offsets topic);
+- loads a partition's transactional ids when this broker becomes its leader (coordinator epoch: the
+  partition's leader epoch) and unloads them when it stops leading; completes the runtime's writes
+  as the partition's high watermark moves;
+- answers which broker coordinates a transactional id.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable
+from typing import Callable
+
+from odradek.cluster.topics import TopicInfo
+from odradek.coordinator.runtime import CoordinatorError, CoordinatorLog, GroupCoordinator
+from odradek.coordinator.transactions import TxnConfig
+from odradek.coordinator.transactions_records import TRANSACTION_STATE_TOPIC, partition_for
+from odradek.coordinator.transactions_runtime import TransactionCoordinator
+from odradek.protocol.error_codes import ErrorCode
+from odradek.server.config import BrokerConfig
+from odradek.server.controller_channel import ControllerChannel
+from odradek.server.metadata_cache import MetadataCache, MetadataImage
+from odradek.server.partition import Partition, TopicPartition
+from odradek.server.replica_manager import ReplicaManager
+from odradek.server.txn_markers import LocalMarkerWriter
+
+log = logging.getLogger("odradek.transactions")
+
+
+def txn_config(config: BrokerConfig) -> TxnConfig:
+    return TxnConfig(
+        max_timeout_ms=config.get("transaction.max.timeout.ms"),
+        abort_timed_out_interval_ms=config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+        id_expiration_ms=config.get("transactional.id.expiration.ms"),
+        remove_expired_interval_ms=config.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+        load_buffer_bytes=config.get("transaction.state.log.load.buffer.size"))
+
+
+class TxnCoordinators:
+    def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata: MetadataCache,
+                 controller: ControllerChannel, clock: Callable[[], int],
+                 group: Callable[[], GroupCoordinator | None],
+                 writer_for: Callable[[Partition], CoordinatorLog]) -> None:
+        self.broker_id = broker_id
+        self.replica_manager = replica_manager
+        self.metadata = metadata
+        self.controller = controller
+        self.clock = clock
+        self.group = group
+        self.writer_for = writer_for   # the runtime's log port over a partition (as for groups)
+        self.coordinator: TransactionCoordinator | None = None
+
+    async def start(self) -> None:
+        coordinator = TransactionCoordinator(txn_config(self.metadata.config), self.clock,
+                                             LocalMarkerWriter(self.replica_manager, self.group, self.clock))
+        await coordinator.start()
+        self.coordinator = coordinator
+        self.replica_manager.add_leadership_listener(self._leadership_changed)
+        self.metadata.add_listener(self._image_changed)
+        self._elect_led()
+
+    async def aclose(self) -> None:
+        if self.coordinator is not None:
+            await self.coordinator.aclose()
+            self.coordinator = None
+
+    def txn_coordinator(self) -> TransactionCoordinator:
+        if self.coordinator is None:
+            raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return self.coordinator
+
+    # ------------------------------------------------------------------------------ leadership
+    def _leadership_changed(self, leaders: list[Partition], followers: list[Partition],
+                            stopped: list[TopicPartition]) -> None:
+        self._elect(p for p in leaders if p.topic == TRANSACTION_STATE_TOPIC)
+        for key in [p.key for p in followers] + stopped:
+            if key[0] == TRANSACTION_STATE_TOPIC and self.coordinator is not None:
+                self.replica_manager.remove_high_watermark_listener(key)
+                self.coordinator.resign(key[1])
+
+    def _image_changed(self, old: MetadataImage, new: MetadataImage) -> None:
+        info = new.topic(TRANSACTION_STATE_TOPIC)
+        if info is not None and info is not old.topic(TRANSACTION_STATE_TOPIC):
+            self._elect_led()
+
+    def _elect_led(self) -> None:
+        self._elect(p for p in self.replica_manager.partitions()
+                    if p.topic == TRANSACTION_STATE_TOPIC and p.is_leader)
+
+    def _elect(self, partitions: Iterable[Partition]) -> None:
+        coordinator = self.coordinator
+        info = self.metadata.topic(TRANSACTION_STATE_TOPIC)
+        if coordinator is None:
+            return
+        for part in partitions:
+            count = len(info.partitions) if info is not None else coordinator.partition_count
+            if count is None or coordinator.owns(part.index):
+                continue
+            self.replica_manager.add_high_watermark_listener(
+                part.key, functools.partial(coordinator.high_watermark_advanced, part.index))
+            coordinator.elect(part.index, self.writer_for(part), count, max(part.leader_epoch, 0))
+
+    # ------------------------------------------------------------------------------ finding
+    def ensure_topic(self) -> TopicInfo | None:
+        """__transaction_state, created on first need; None if it cannot be created."""
+        info = self.metadata.topic(TRANSACTION_STATE_TOPIC)
+        if info is None:
+            config = self.metadata.config
+            replication = min(config.get("transaction.state.log.replication.factor"),
+                              len(self.metadata.image.live_broker_ids()))
+            min_isr = min(config.get("transaction.state.log.min.isr"), max(replication, 1))
+            info, error, message = self.controller.create_topic(
+                TRANSACTION_STATE_TOPIC, config.get("transaction.state.log.num.partitions"), replication,
+                {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                 "min.insync.replicas": str(min_isr),
+                 "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))})
+            if info is None:
+                info = self.metadata.topic(TRANSACTION_STATE_TOPIC)
+                if info is None:
+                    log.error("cannot create %s: %s %s", TRANSACTION_STATE_TOPIC, error.name, message or "")
+                    return None
+        return info
+
+    def coordinator_id(self, transactional_id: str) -> int | None:
+        """The broker leading the id's __transaction_state partition (creating the topic first)."""
+        info = self.ensure_topic()
+        if info is None:
+            return None
+        return info.partitions[partition_for(transactional_id, len(info.partitions))].leader
