@@ -262,3 +262,48 @@ def test_kafka_python_group_goes_on_when_its_coordinator_dies(cluster):
     assert seen == set(range(2000))
     cluster.brokers[coordinator].start()
     wait_for("the killed coordinator back", lambda: _all_in_sync(cluster, "grouped-kp"), timeout=90)
+
+
+def test_a_reassignment_moves_a_partition_under_load_with_nothing_lost(cluster):
+    """kafka-python's admin (AlterPartitionReassignments to the controller): the partition moves off
+    its first replica while an acks=all producer writes; the new replica catches up, the old one is
+    dropped and its log deleted; nothing acknowledged is lost."""
+    from kafka import KafkaAdminClient, TopicPartition as KTopicPartition
+    cluster.create_topic("moving", 1, 2)
+    old = _replicas(cluster, "moving")
+    target = [old[1], next(b for b in range(3) if b not in old)]
+    p = CountingProducer(cluster.bootstrap, "moving", rate_per_s=3000)
+    p.start()
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","))
+    try:
+        wait_for("writes acknowledged", lambda: p.acked_count() >= 1000)
+        admin.alter_partition_reassignments({KTopicPartition("moving", 0): target})
+        wait_for("the reassignment complete", lambda: _replicas(cluster, "moving") == target
+                 and not admin.list_partition_reassignments(), timeout=60)
+        mark = p.acked_count()
+        wait_for("writes going on", lambda: p.acked_count() > mark + 500)
+    finally:
+        p.stop()
+        admin.close()
+    lost, duplicated = p.checker.report(read_all(cluster.bootstrap, "moving", 1))
+    assert not lost and not duplicated, (len(lost), len(duplicated))
+    assert sorted(cluster.partition_states("moving")[0].isrs) == sorted(target)
+    gone = cluster.brokers[old[0]].log_dir / "moving-0"
+    wait_for("the old replica's log deleted", lambda: not gone.exists())
+
+
+def test_preferred_leader_election_through_confluent_kafka(cluster):
+    from confluent_kafka import TopicPartition
+    from confluent_kafka import ElectionType
+    cluster.create_topic("prefer", 1, 3)
+    preferred = _replicas(cluster, "prefer")[0]
+    cluster.brokers[preferred].kill()
+    try:
+        wait_for("another leader", lambda: cluster.leader_of("prefer", 0) not in (-1, preferred))
+    finally:
+        cluster.brokers[preferred].start()
+    wait_for("the preferred replica back in the ISR", lambda: _all_in_sync(cluster, "prefer"), timeout=90)
+    admin = cluster.admin()
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("prefer", 0)]).result(30)
+    assert all(err is None for err in result.values()), result
+    wait_for("the preferred replica leading", lambda: cluster.leader_of("prefer", 0) == preferred)

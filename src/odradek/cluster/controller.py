@@ -130,6 +130,9 @@ class Controller:
         # The version of each partition's state node: the partition epoch of LeaderAndIsr, and what the
         # conditional writes of leader and ISR changes check (Kafka's zkVersion).
         self.state_versions: dict[tuple[str, int], int] = {}
+        # Reassignments under way (KIP-455), as the topic nodes record them: (topic, partition) ->
+        # (adding, removing) replicas; the partition's replicas are the target followed by the removing.
+        self.reassigning: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
         self._reserved: dict[str, str] = {}           # unified name -> name, for plans not yet finished
 
     # ------------------------------------------------------------------------------------------ start
@@ -172,7 +175,13 @@ class Controller:
             configs: dict | None = self.store.get(config_path(name))[0]
         except NoNodeError:
             configs = None
+        adding, removing = value.get("adding_replicas") or {}, value.get("removing_replicas") or {}
+        for p in set(adding) | set(removing):
+            self.reassigning[(name, int(p))] = (list(adding.get(p, [])), list(removing.get(p, [])))
         return topic_from_nodes(name, value, version, states, configs)
+
+    def topic_reassignments(self, name: str) -> dict[int, tuple[list[int], list[int]]]:
+        return {p: r for (t, p), r in self.reassigning.items() if t == name}
 
     # ------------------------------------------------------------------------------------------ creation
     def check_new_name(self, name: str) -> None:

@@ -135,10 +135,13 @@ def decode_topic_id(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
-def topic_node(info: TopicInfo) -> dict:
+def topic_node(info: TopicInfo, reassigning: dict[int, tuple[list[int], list[int]]] | None = None) -> dict:
+    """`reassigning`: partition -> (adding, removing) replicas of a reassignment under way (KIP-455)."""
+    moving = reassigning or {}
     return {"version": 3, "topic_id": encode_topic_id(info.topic_id),
             "partitions": {str(p): list(st.replicas) for p, st in sorted(info.partitions.items())},
-            "adding_replicas": {}, "removing_replicas": {}}
+            "adding_replicas": {str(p): list(a) for p, (a, _) in sorted(moving.items()) if a},
+            "removing_replicas": {str(p): list(r) for p, (_, r) in sorted(moving.items()) if r}}
 
 
 def state_node(st: PartitionState) -> dict:

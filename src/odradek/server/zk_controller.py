@@ -25,13 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
 from odradek.cluster.controller import ISR_CHANGE_NOTIFICATION_PATH, Controller
 from odradek.cluster.elections import NO_LEADER, elect_offline, elect_preferred, shut_down_broker
 from odradek.cluster.registration import ControllerLease, controller_epoch, live_brokers, parse_endpoints
-from odradek.cluster.store import BadVersionError, MetadataStore, NoNodeError, StoreError
-from odradek.cluster.topics import PartitionState, TopicInfo
+from odradek.cluster.store import BadVersionError, MetadataStore, NoNodeError, SetData, StoreError
+from odradek.cluster.topics import PartitionState, TopicInfo, topic_node, topic_path
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError, for_code
 from odradek.protocol.messages import leader_and_isr as lm
 from odradek.protocol.messages import stop_replica as sm
@@ -155,6 +156,7 @@ class ActiveController:
             changed = self.cluster.states_read(nodes)
             if changed:
                 await self._update_metadata(set(self.live), changed)
+                await self._complete_reassignments(changed)
 
     # ------------------------------------------------------------------------------ elections
     def _all_keys(self) -> list[Key]:
@@ -318,6 +320,124 @@ class ActiveController:
             log.info("controlled shutdown of broker %d: %d partition(s) moved, %d still led there", broker,
                      len(changed), len(remaining))
             return remaining
+
+    # ------------------------------------------------------------------------------ reassignments
+    async def reassign(self, wanted: dict[Key, list[int] | None]) -> dict[Key, tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments (KIP-455): each partition's replicas become the target followed by
+        the replicas leaving; the new ones fetch and join the ISR; once every target replica is in the
+        ISR the leaving ones are dropped (`_complete_reassignments`). None cancels a reassignment under
+        way (back to the original replicas)."""
+        async with self.lock:
+            out: dict[Key, tuple[ErrorCode, str | None]] = {}
+            registered = set(self.live)
+            planned: dict[Key, tuple[PartitionState, tuple[list[int], list[int]] | None]] = {}
+            dropped: dict[int, list[Key]] = {}
+            for k, target in wanted.items():
+                info = self.cluster.image.get(k[0])
+                if info is None or k[1] not in info.partitions:
+                    out[k] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                    continue
+                st = info.partitions[k[1]]
+                current = self.cluster.reassigning.get(k)
+                original = [r for r in st.replicas if current is None or r not in current[0]]
+                if target is None:
+                    if current is None:
+                        out[k] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
+                        continue
+                    target = original
+                if not target or len(set(target)) != len(target):
+                    out[k] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The replica assignment is empty or has duplicates.")
+                    continue
+                unknown = [r for r in target if r not in registered]
+                if unknown:
+                    out[k] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                              f"The proposed assignment names brokers that are not registered: {unknown}")
+                    continue
+                out[k] = (ErrorCode.NONE, None)
+                if list(target) == list(st.replicas) and current is None:
+                    continue
+                adding = [r for r in target if r not in original]
+                removing = [r for r in original if r not in target]
+                full = list(target) + removing
+                for r in st.replicas:
+                    if r not in full:       # a cancelled reassignment's new replicas go again
+                        dropped.setdefault(r, []).append(k)
+                after = PartitionState(st.leader, st.leader_epoch + 1, [r for r in st.isr if r in full], full)
+                planned[k] = (after, (adding, removing) if adding or removing else None)
+            if planned:
+                await self._write_reassignment(planned)
+                await self._propagate(list(planned))
+                await asyncio.gather(*(self._send(b, STOP_REPLICA_KEY, self._stop_replica(ks, delete=True))
+                                       for b, ks in dropped.items() if b in registered))
+                await self._complete_reassignments(list(planned))
+            return out
+
+    def list_reassignments(self, keys: Iterable[Key] | None) -> dict[Key, tuple[list[int], list[int], list[int]]]:
+        """(replicas, adding, removing) of the reassignments under way (all, or those of `keys`)."""
+        wanted = set(keys) if keys is not None else None
+        out = {}
+        for k, (adding, removing) in sorted(self.cluster.reassigning.items()):
+            if (wanted is None or k in wanted) and self.cluster.image.get(k[0]) is not None:
+                out[k] = (list(self._state(k).replicas), list(adding), list(removing))
+        return out
+
+    async def _write_reassignment(self, planned: dict[Key, tuple[PartitionState, tuple[list[int], list[int]] | None]]
+                                  ) -> None:
+        """One multi: per topic its node (replicas, adding, removing; conditional on its version) and
+        the partitions' states; then the image."""
+        topics = sorted({t for t, _ in planned})
+        ops: list[Any] = []
+        infos = {}
+        moving_after = dict(self.cluster.reassigning)
+        for (t, p), (_, moving) in planned.items():
+            if moving is None:
+                moving_after.pop((t, p), None)
+            else:
+                moving_after[(t, p)] = moving
+        changes = [(t, p, st) for (t, p), (st, _) in planned.items()]
+        for t in topics:
+            info = self.cluster.image.get(t)
+            assert info is not None
+            partitions = dict(info.partitions)
+            partitions.update({p: st for (tt, p), (st, _) in planned.items() if tt == t})
+            new = replace(info, partitions=partitions)
+            infos[t] = new
+            ops.append(SetData(topic_path(t), topic_node(new, {p: m for (tt, p), m in moving_after.items() if tt == t}),
+                               info.version))
+        ops.extend(self.cluster.state_write_ops(changes))
+        results = await self.run_store(self.store.multi, self.lease.fenced(ops))
+        for t, version in zip(topics, results[1:1 + len(topics)]):
+            self.cluster.image.put(replace(infos[t], version=version if version is not None else infos[t].version))
+        self.cluster.states_written(changes, results)
+        self.cluster.reassigning = moving_after
+
+    async def _complete_reassignments(self, keys: Iterable[Key]) -> None:
+        """Reassignments whose target replicas are all in the ISR: the leaving replicas go (a new
+        leader from the target if the leader leaves), recorded, propagated, and their logs deleted."""
+        live = set(self.live)
+        done: dict[Key, tuple[PartitionState, tuple[list[int], list[int]] | None]] = {}
+        leaving: dict[int, list[Key]] = {}
+        for k in keys:
+            moving = self.cluster.reassigning.get(k)
+            if moving is None or self.cluster.image.get(k[0]) is None:
+                continue
+            st = self._state(k)
+            target = [r for r in st.replicas if r not in moving[1]]
+            if not all(r in st.isr for r in target):
+                continue
+            isr = [r for r in st.isr if r in target]
+            leader = st.leader if st.leader in target else next((r for r in target if r in isr and r in live), NO_LEADER)
+            done[k] = (PartitionState(leader, st.leader_epoch + 1, isr, target), None)
+            for r in moving[1]:
+                leaving.setdefault(r, []).append(k)
+        if not done:
+            return
+        await self._write_reassignment(done)
+        await self._propagate(list(done))
+        await asyncio.gather(*(self._send(b, STOP_REPLICA_KEY, self._stop_replica(ks, delete=True))
+                               for b, ks in leaving.items() if b in live))
+        for t, p in done:
+            log.info("reassignment of %s-%d complete: replicas %s", t, p, self._state((t, p)).replicas)
 
     # ------------------------------------------------------------------------------ topic changes
     async def create_topics(self, infos: list[TopicInfo]) -> None:

@@ -162,3 +162,46 @@ def test_an_isr_written_by_the_leader_meanwhile_makes_the_controller_elect_again
     store.delete("/brokers/ids/1")
     asyncio.run(ac.brokers_changed())
     assert state(ac, "t", 0) == PartitionState(3, 1, [3], [1, 2, 3])
+
+
+def test_a_reassignment_adds_then_removes_and_is_listed_meanwhile():
+    from odradek.cluster.controller import ISR_CHANGE_NOTIFICATION_PATH
+    from odradek.cluster.topics import topic_path
+    store = EmbeddedStore()
+    ac, fake = make(store, [1, 2, 3], {"t": {0: [1, 2]}})
+    asyncio.run(ac.start())
+    fake.sent.clear()
+    assert asyncio.run(ac.reassign({("t", 0): [2, 3], ("t", 5): [1]})) == {
+        ("t", 0): (ErrorCode.NONE, None), ("t", 5): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)}
+    assert state(ac, "t", 0) == PartitionState(1, 1, [1, 2], [2, 3, 1])
+    node = store.get(topic_path("t"))[0]
+    assert node["partitions"]["0"] == [2, 3, 1] and node["adding_replicas"] == {"0": [3]} \
+        and node["removing_replicas"] == {"0": [1]}
+    assert ac.list_reassignments(None) == {("t", 0): ([2, 3, 1], [3], [1])}
+    assert fake.to(3, LEADER_AND_ISR_KEY)                     # the new replica starts following
+    # the leader records the caught-up replica in the ISR and notifies the controller
+    node, version = store.get(state_path("t", 0))
+    store.multi([SetData(state_path("t", 0), {**node, "isr": [1, 2, 3]}, version)])
+    store.create(f"{ISR_CHANGE_NOTIFICATION_PATH}/isr_change_1_0", {"version": 1, "partitions": [
+        {"topic": "t", "partition": 0}]})
+    asyncio.run(ac.isr_changed())
+    assert state(ac, "t", 0) == PartitionState(2, 2, [2, 3], [2, 3])
+    assert ac.list_reassignments(None) == {}
+    node = store.get(topic_path("t"))[0]
+    assert node["partitions"]["0"] == [2, 3] and node["adding_replicas"] == {} and node["removing_replicas"] == {}
+    (stop,) = fake.to(1, STOP_REPLICA_KEY)
+    assert stop.topic_states[0].partition_states[0].delete_partition
+    # a new controller reads the same state back
+    assert Controller(store, 0).read_topic("t").partitions[0].replicas == [2, 3]
+
+
+def test_a_reassignment_is_refused_for_unknown_brokers_and_cancelled_back():
+    store = EmbeddedStore()
+    ac, fake = make(store, [1, 2, 3], {"t": {0: [1, 2]}})
+    asyncio.run(ac.start())
+    assert asyncio.run(ac.reassign({("t", 0): [1, 7]}))[("t", 0)][0] is ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert asyncio.run(ac.reassign({("t", 0): None}))[("t", 0)][0] is ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    asyncio.run(ac.reassign({("t", 0): [1, 3]}))
+    assert state(ac, "t", 0).replicas == [1, 3, 2]
+    asyncio.run(ac.reassign({("t", 0): None}))
+    assert state(ac, "t", 0).replicas == [1, 2] and ac.list_reassignments(None) == {}

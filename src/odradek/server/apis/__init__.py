@@ -29,6 +29,9 @@ from odradek.server.apis.list_offsets import handle_list_offsets
 from odradek.server.apis.metadata import handle_metadata
 from odradek.server.apis.offsets import handle_offset_commit, handle_offset_delete, handle_offset_fetch
 from odradek.server.apis.produce import handle_produce
+from odradek.server.apis.reassignments import (
+    handle_alter_partition_reassignments, handle_list_partition_reassignments,
+)
 from odradek.server.apis.producer_ids import handle_init_producer_id
 from odradek.server.apis.sasl import handle_sasl_authenticate, handle_sasl_handshake
 from odradek.server.apis.transactions_admin import (
@@ -77,6 +80,8 @@ HANDLERS: dict[int, HandlerFn] = {
     36: handle_sasl_authenticate,
     37: handle_create_partitions,
     44: handle_incremental_alter_configs,
+    45: handle_alter_partition_reassignments,
+    46: handle_list_partition_reassignments,
     47: handle_offset_delete,
     60: handle_describe_cluster,
     68: handle_consumer_group_heartbeat,
