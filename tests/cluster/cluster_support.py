@@ -67,8 +67,9 @@ class Cluster:
         return self.admin().list_topics(topic=topic, timeout=10)
 
     def create_topic(self, name: str, partitions: int, replication: int, config: dict | None = None) -> None:
-        # Right after a broker (re)joins or the controller moves, the controller's view converges: a
-        # creation may meet NOT_CONTROLLER or too few registered brokers for a moment; ask again.
+        # Right after a broker (re)joins, the controller moves or ZooKeeper returns, the controller's
+        # view converges: a creation may meet NOT_CONTROLLER, too few registered brokers or a store not
+        # reconnected yet (REQUEST_TIMED_OUT) for a moment; ask again.
         deadline = time.monotonic() + 30
         while True:
             admin = self.admin()       # kept alive until the answer comes
@@ -81,7 +82,8 @@ class Cluster:
                 code = e.args[0].code()
                 if code == KafkaError.TOPIC_ALREADY_EXISTS:
                     break
-                if code not in (KafkaError.NOT_CONTROLLER, KafkaError.INVALID_REPLICATION_FACTOR) \
+                if code not in (KafkaError.NOT_CONTROLLER, KafkaError.INVALID_REPLICATION_FACTOR,
+                                KafkaError.REQUEST_TIMED_OUT) \
                         or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)

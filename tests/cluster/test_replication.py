@@ -307,3 +307,27 @@ def test_preferred_leader_election_through_confluent_kafka(cluster):
     result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("prefer", 0)]).result(30)
     assert all(err is None for err in result.values()), result
     wait_for("the preferred replica leading", lambda: cluster.leader_of("prefer", 0) == preferred)
+
+
+def test_zookeeper_restarted_the_cluster_goes_on_and_recovers(cluster):
+    """Writes and replication do not need ZooKeeper from moment to moment; while it is down the
+    cluster serves; when it returns the brokers reconnect and controller work (a new topic) resumes."""
+    cluster.create_topic("through-zk-restart", 1, 3, {"min.insync.replicas": "2"})
+    p = CountingProducer(cluster.bootstrap, "through-zk-restart", rate_per_s=2000)
+    p.start()
+    try:
+        wait_for("writes acknowledged", lambda: p.acked_count() >= 500)
+        cluster.zookeeper.stop()
+        try:
+            mark = p.acked_count()
+            wait_for("writes going on without ZooKeeper", lambda: p.acked_count() > mark + 1000)
+        finally:
+            cluster.zookeeper.start()
+        cluster.create_topic("after-zk-restart", 1, 3)
+        mark = p.acked_count()
+        wait_for("writes going on after", lambda: p.acked_count() > mark + 500)
+    finally:
+        p.stop()
+    lost, duplicated = p.checker.report(read_all(cluster.bootstrap, "through-zk-restart", 1))
+    assert not lost and not duplicated, (len(lost), len(duplicated))
+    assert _all_in_sync(cluster, "through-zk-restart")

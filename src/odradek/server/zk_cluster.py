@@ -31,11 +31,12 @@ its membership in the cluster:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from odradek.cluster.controller import ISR_CHANGE_NOTIFICATION_PATH, Controller
 from odradek.cluster.producer_ids import ProducerIdManager
@@ -43,7 +44,7 @@ from odradek.cluster.registration import (
     BROKER_IDS_PATH, CONTROLLER_PATH, Endpoint, broker_node, current_controller, register_broker,
     try_become_controller,
 )
-from odradek.cluster.store import Create, NodeExistsError, NoNodeError, SetData, StoreError
+from odradek.cluster.store import BadVersionError, Create, NodeExistsError, NoNodeError, SetData, StoreError
 from odradek.cluster.topics import OFFSETS_TOPIC, PartitionState, TopicInfo, config_path, state_node, state_path
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError, for_code
 from odradek.protocol.messages import controlled_shutdown as csm
@@ -145,9 +146,15 @@ class ZkCluster(EmbeddedController):
         self._resign()
 
     def _connected(self) -> None:
-        if self._session_lost and not self._stopping:
+        if self._stopping:
+            return
+        if self._session_lost:
             self._session_lost = False
             self._spawn(self._rejoin())
+        elif self.active is not None:
+            # The same session, back after a disconnection: events seen meanwhile may have failed.
+            self._brokers_changed()
+            self._isr_changed()
 
     async def _rejoin(self) -> None:
         assert self._registration is not None
@@ -374,7 +381,7 @@ class ZkCluster(EmbeddedController):
                         csm.ControlledShutdownRequest(broker_id=self.broker_id, broker_epoch=-1))
                     code = for_code(response.error_code)
                     remaining = list(response.remaining_partitions)
-            except BrokerUnreachable as e:
+            except (BrokerUnreachable, StoreError) as e:
                 code = ErrorCode.NOT_CONTROLLER
                 log.info("controlled shutdown: %s", e)
             if code is ErrorCode.NONE and not remaining:
@@ -431,19 +438,23 @@ class ZkCluster(EmbeddedController):
         return self.active
 
     async def retry_pending_deletions(self) -> None:
-        await self._require_active().retry_pending_deletions()
+        with _store_errors("finish topic deletions"):
+            await self._require_active().retry_pending_deletions()
 
     async def create_topics(self, infos: list[TopicInfo]) -> None:
         try:
-            await self._require_active().create_topics(infos)
+            with _store_errors("record the topics"):
+                await self._require_active().create_topics(infos)
         finally:
             self.controller.release(i.name for i in infos)
 
     async def add_partitions(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> None:
-        await self._require_active().add_partitions(plans)
+        with _store_errors("record the partitions"):
+            await self._require_active().add_partitions(plans)
 
     async def delete_topics(self, infos: list[TopicInfo]) -> None:
-        await self._require_active().delete_topics(infos)
+        with _store_errors("record the deletion"):
+            await self._require_active().delete_topics(infos)
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str]) -> tuple[TopicInfo | None, ErrorCode, str | None]:
@@ -507,6 +518,18 @@ class ZkCluster(EmbeddedController):
         if self.active is not None:
             self.active.cluster.image.with_configs(name, configs)
         self.reconfigure_logs(name)
+
+
+@contextlib.contextmanager
+def _store_errors(what: str) -> Iterator[None]:
+    """A topic change the store cannot take (ZooKeeper unreachable: Kafka's controller times out then):
+    REQUEST_TIMED_OUT, retriable; a write refused because another controller took over: NOT_CONTROLLER."""
+    try:
+        yield
+    except BadVersionError as e:
+        raise KafkaApiError(ErrorCode.NOT_CONTROLLER, f"Cannot {what}: another controller took over") from e
+    except StoreError as e:
+        raise KafkaApiError(ErrorCode.REQUEST_TIMED_OUT, f"Cannot {what}: {e}") from e
 
 
 def _grouped(topic_states: Any, ungrouped: Any) -> dict[str, tuple[uuid.UUID, list[Any]]]:

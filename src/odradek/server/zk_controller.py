@@ -102,6 +102,8 @@ class ActiveController:
                 raise
             except BadVersionError as e:
                 log.warning("the controller's write was refused (%s): another controller has taken over", e)
+            except StoreError as e:      # ZooKeeper unreachable: done again when the session is back
+                log.warning("controller event not completed: %s", e)
             except Exception:
                 log.exception("controller event failed")
         task = asyncio.get_running_loop().create_task(run())
