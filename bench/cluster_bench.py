@@ -244,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failovers", type=int, default=3, help="leader kills and SIGTERMs, each")
     ap.add_argument("--failover-rate", type=int, default=1000, help="records/s during failovers")
     ap.add_argument("--session-timeout-ms", type=int, default=6000, help="zookeeper.session.timeout.ms")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker config for every broker (repeatable)")
     ap.add_argument("--quick", action="store_true", help="20k records, 3 s latency, 1 failover: a smoke run")
     ap.add_argument("--out", help="JSON output (default bench/results/cluster-bench-<time>.json)")
     args = ap.parse_args(argv)
@@ -251,7 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         args.records, args.rounds, args.latency_duration, args.failovers = 20_000, 1, 3.0, 1
 
     base = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
-    cluster = LocalCluster(base, 3, overrides={"zookeeper.session.timeout.ms": str(args.session_timeout_ms)},
+    overrides = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms)}
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--override expects KEY=VALUE, got {item!r}")
+        overrides[key] = value
+    cluster = LocalCluster(base, 3, overrides=overrides,
                            progress=lambda text: print(f"  {text}", flush=True))
     results: dict = {"throughput": {}, "latency": {}}
     try:
