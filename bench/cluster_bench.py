@@ -6,7 +6,8 @@ in one run:
   replication factor 1 on the same cluster (fresh topics, alternating, --rounds each); the ratio
   RF3/RF1 (the issue's target: at least 0.5);
 * end-to-end latency (produce timestamp to the consumer receiving the record) at --rate records/s,
-  acks=all, RF 3 next to RF 1 (target: RF 3 p99 under 10 ms);
+  acks=all, RF 3 next to RF 1, for each --linger-ms of the producer (1 ms sends about a request per
+  millisecond, 5 ms fewer and larger ones; target: RF 3 p99 under 10 ms);
 * failover, on a topic with RF 3 and min.insync.replicas=2 under a steady idempotent acks=all
   producer: the time from kill -9 of the partition's leader to the first acknowledgement of a record
   sent after the kill, and the longest any record sent from then on waited for its acknowledgement (the
@@ -16,7 +17,7 @@ in one run:
 
 Run from the repository root (needs the zookeeper and bench extras, and Debian's zookeeper package):
 
-    python bench/cluster_bench.py [--records 100000] [--rounds 2] [--failovers 3] [--quick]
+    python bench/cluster_bench.py [--records 300000] [--rounds 3] [--linger-ms 1,5] [--failovers 3] [--quick]
 
 Prints a table with the targets and ratios, and writes JSON under bench/results/.
 """
@@ -92,10 +93,11 @@ def throughput(cluster: LocalCluster, args, replication: int) -> dict:
         workloads.delete_topic(cluster.bootstrap, topic)
 
 
-def latency(cluster: LocalCluster, args, replication: int) -> dict:
+def latency(cluster: LocalCluster, args, replication: int, linger_ms: int) -> dict:
     topic = create_topic(cluster.bootstrap, f"lat-rf{replication}", 1, replication)
     try:
-        return workloads.latency(cluster.bootstrap, topic, args.latency_size, args.rate, args.latency_duration)
+        return workloads.latency(cluster.bootstrap, topic, args.latency_size, args.rate, args.latency_duration,
+                                 linger_ms=linger_ms)
     finally:
         workloads.delete_topic(cluster.bootstrap, topic)
 
@@ -198,12 +200,13 @@ def rows(results: dict, args) -> list[tuple[str, str, str, str, str, str]]:
                 "ratio >= 0.5", _met(ratio >= 0.5)))
     out.append(("produce 1 KiB acks=all, rec/s", f"{t1['records_per_s']:,.0f}", f"{t3['records_per_s']:,.0f}",
                 f"{t3['records_per_s'] / t1['records_per_s']:.2f}", "", ""))
-    l1, l3 = results["latency"]["rf1"], results["latency"]["rf3"]
-    for q in ("p50", "p99", "p999"):
-        key = f"{q}_ms"
-        target = "RF3 < 10 ms" if q == "p99" else ""
-        out.append((f"end-to-end {q} @{args.rate}/s, ms", f"{l1[key]:.1f}", f"{l3[key]:.1f}",
-                    f"{l3[key] / l1[key]:.2f}", target, _met(l3[key] < 10) if q == "p99" else ""))
+    for linger in args.linger_ms:
+        l1, l3 = results["latency"][f"rf1 linger {linger}"], results["latency"][f"rf3 linger {linger}"]
+        for q in ("p50", "p99", "p999"):
+            key = f"{q}_ms"
+            target = "RF3 < 10 ms" if q == "p99" else ""
+            out.append((f"end-to-end {q} @{args.rate}/s linger.ms={linger}, ms", f"{l1[key]:.1f}", f"{l3[key]:.1f}",
+                        f"{l3[key] / l1[key]:.2f}", target, _met(l3[key] < 10) if q == "p99" else ""))
     limit = args.session_timeout_ms / 1000 + 2
     k, t = results["failover_kill"], results["failover_term"]
     out.append(("kill -9 leader: longest write wait, s (median/max)", "", f"{k['median_s']:.2f} / {k['max_s']:.2f}",
@@ -235,11 +238,13 @@ def print_report(table: list[tuple], results: dict) -> None:
 # ------------------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=100_000, help="records per throughput run (1 KiB each)")
-    ap.add_argument("--rounds", type=int, default=2, help="throughput runs per replication factor (median)")
+    ap.add_argument("--records", type=int, default=300_000, help="records per throughput run (1 KiB each)")
+    ap.add_argument("--rounds", type=int, default=3, help="throughput runs per replication factor (median)")
     ap.add_argument("--partitions", type=int, default=3, help="partitions of the throughput topics")
     ap.add_argument("--rate", type=int, default=10_000, help="latency workload, records/s")
     ap.add_argument("--latency-size", type=int, default=RECORD_SIZE, help="latency record size, bytes")
+    ap.add_argument("--linger-ms", type=lambda t: [int(x) for x in t.split(",")], default=[1, 5],
+                    help="the latency producer's linger.ms values, comma-separated (default 1,5)")
     ap.add_argument("--latency-duration", type=float, default=10.0, help="latency sampling time, s")
     ap.add_argument("--failovers", type=int, default=3, help="leader kills and SIGTERMs, each")
     ap.add_argument("--failover-rate", type=int, default=1000, help="records/s during failovers")
@@ -250,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="JSON output (default bench/results/cluster-bench-<time>.json)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.records, args.rounds, args.latency_duration, args.failovers = 20_000, 1, 3.0, 1
+        args.records, args.rounds, args.latency_duration, args.failovers, args.linger_ms = 20_000, 1, 3.0, 1, [1]
 
     base = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
     overrides = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms)}
@@ -273,9 +278,10 @@ def main(argv: list[str] | None = None) -> int:
             results["throughput"][key] = {
                 "mb_per_s": statistics.median(r["mb_per_s"] for r in rs),
                 "records_per_s": statistics.median(r["records_per_s"] for r in rs), "runs": rs}
-        for rf in (1, 3):
-            print(f"latency RF {rf} @{args.rate}/s ...", flush=True)
-            results["latency"][f"rf{rf}"] = latency(cluster, args, rf)
+        for linger in args.linger_ms:
+            for rf in (1, 3):
+                print(f"latency RF {rf} @{args.rate}/s, linger.ms={linger} ...", flush=True)
+                results["latency"][f"rf{rf} linger {linger}"] = latency(cluster, args, rf, linger)
         for how in ("kill", "term"):
             print(f"failover ({'kill -9' if how == 'kill' else 'SIGTERM'} of the leader) x{args.failovers} ...",
                   flush=True)

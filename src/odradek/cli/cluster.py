@@ -58,7 +58,7 @@ def _dispatch(args) -> int:
         return up(args)
     given = [f"--{name.replace('_', '-')}" for name in UP_ONLY if getattr(args, name) is not None]
     if given:
-        print(f"odradek cluster: error: {', '.join(given)} only go with `cluster up`", file=sys.stderr)
+        print(f"odradek cluster: error: {', '.join(given)}: only for `cluster up`", file=sys.stderr)
         return 2
     return run(args, describe)
 
