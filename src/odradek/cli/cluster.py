@@ -143,6 +143,7 @@ def up(args) -> int:
         except ClusterError as e:
             print(f"odradek cluster: error: {e}", file=sys.stderr)
             cluster.kill_all()
+            _line(f"Data and logs are in {base}")
             return 1
         except KeyboardInterrupt:
             _line("Interrupted while starting; stopping what started")
