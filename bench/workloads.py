@@ -159,9 +159,9 @@ _STAMP = struct.Struct(">q")
 
 
 def latency(bootstrap: str, topic: str, size: int, rate: int, duration: float,
-            warmup: float = 1.0, drain: float = 5.0) -> dict:
-    """Produce at a steady rate; the consumer (default fetch.wait.max.ms=500)
-    timestamps arrival.  Samples are records sent after the warm-up."""
+            warmup: float = 1.0, drain: float = 5.0, linger_ms: int = 1) -> dict:
+    """Produce at a steady rate (acks=all, ``linger_ms``); the consumer (default
+    fetch.wait.max.ms=500) timestamps arrival.  Samples are records sent after the warm-up."""
     samples: list[int] = []
     received = threading.Event()
     done = threading.Event()
@@ -188,7 +188,7 @@ def latency(bootstrap: str, topic: str, size: int, rate: int, duration: float,
 
     thread = threading.Thread(target=reader, daemon=True)
     thread.start()
-    p = _producer(bootstrap, "all", **{"linger.ms": 1})
+    p = _producer(bootstrap, "all", **{"linger.ms": linger_ms})
     pad = os.urandom(size - _STAMP.size)
     sent = measured = 0
     start = time.monotonic()

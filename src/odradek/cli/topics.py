@@ -38,7 +38,16 @@ def add_parser(sub) -> None:
     d = actions.add_parser("describe", parents=[conn, js], help="partitions, leaders, replicas and configs")
     d.add_argument("--topic", action="append", default=[], help="a topic (repeatable; default: every topic)")
     d.add_argument("--exclude-internal", action="store_true")
-    d.set_defaults(run=lambda a: run(a, describe))
+    f = d.add_argument_group("partition filters (as kafka-topics.sh; together: partitions any of them names)")
+    f.add_argument("--under-replicated-partitions", dest="filters", action="append_const",
+                   const="under_replicated", help="only partitions with fewer in-sync replicas than replicas")
+    f.add_argument("--unavailable-partitions", dest="filters", action="append_const", const="unavailable",
+                   help="only partitions whose leader is none or not a live broker")
+    f.add_argument("--under-min-isr-partitions", dest="filters", action="append_const", const="under_min_isr",
+                   help="only partitions with fewer in-sync replicas than min.insync.replicas")
+    f.add_argument("--at-min-isr-partitions", dest="filters", action="append_const", const="at_min_isr",
+                   help="only partitions with exactly min.insync.replicas in sync")
+    d.set_defaults(run=lambda a: run(a, describe), filters=[])
 
     al = actions.add_parser("alter", parents=[conn, js], help="add partitions or change configs")
     al.add_argument("--topic", required=True)
@@ -105,22 +114,34 @@ async def list_(args) -> int:
 
 
 async def describe(args) -> int:
+    """Each topic's partitions: leader, leader epoch, replicas, ISR, offline replicas and the
+    replication flags of `partition_status`; `--json` gives the same per partition."""
+    from odradek.cli import partition_status
     from odradek.client.admin_types import ConfigResource, ConfigSource
 
     async with _admin(args) as admin:
         names = args.topic or list(await admin.list_topics(include_internal=not args.exclude_internal))
         described = await admin.describe_topics(names) if names else {}
         configs = await admin.describe_configs([ConfigResource.topic(n) for n in names]) if names else {}
+        live = {b.id for b in (await admin.describe_cluster()).brokers}
     out = []
     for name, t in described.items():
-        overrides = {k: e.value for k, e in configs[ConfigResource.topic(name)].items()
-                     if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+        entries = configs[ConfigResource.topic(name)]
+        overrides = {k: e.value for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+        min_isr = _int_or_none(entries["min.insync.replicas"].value) if "min.insync.replicas" in entries else None
         rf = max((len(p.replicas) for p in t.partitions), default=0)
+        partitions = []
+        for p in t.partitions:
+            flags = partition_status.status(p, live, min_isr)
+            if partition_status.selected(flags, args.filters):
+                partitions.append({"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                                   "replicas": p.replicas, "isr": p.isr, "offline_replicas": p.offline_replicas,
+                                   **flags})
+        if args.filters and not partitions:
+            continue
         out.append({"name": name, "topic_id": t.topic_id, "internal": t.is_internal, "partition_count": len(t.partitions),
-                    "replication_factor": rf, "configs": overrides,
-                    "partitions": [{"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                                    "replicas": p.replicas, "isr": p.isr, "offline_replicas": p.offline_replicas}
-                                   for p in t.partitions]})
+                    "replication_factor": rf, "min_insync_replicas": min_isr, "configs": overrides,
+                    "partitions": partitions})
     if args.json:
         print_json(out)
         return 0
@@ -128,10 +149,30 @@ async def describe(args) -> int:
         cfg = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items()))
         title = (f"Topic: {t['name']}  TopicId: {t['topic_id']}  PartitionCount: {t['partition_count']}  "
                  f"ReplicationFactor: {t['replication_factor']}  Configs: {cfg}")
-        print_table(["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE"],
-                    [(p["partition"], "none" if p["leader"] < 0 else p["leader"], _ids(p["replicas"]), _ids(p["isr"]),
-                      _ids(p["offline_replicas"])) for p in t["partitions"]], title=title)
+        print_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "STATUS"],
+                    [(p["partition"], "none" if p["leader"] < 0 else p["leader"], p["leader_epoch"],
+                      _ids(p["replicas"]), _ids(p["isr"]), _ids(p["offline_replicas"]), _status_text(p))
+                     for p in t["partitions"]], title=title)
     return 0
+
+
+def _status_text(p: dict) -> str:
+    """The flags a person should see, most serious first; empty for a healthy partition."""
+    words = [("offline", "offline"), ("unavailable", "leader not live"), ("under_min_isr", "under min ISR"),
+             ("under_replicated", "under-replicated"), ("at_min_isr", "at min ISR")]
+    shown = [text for key, text in words if p.get(key)]
+    if "at min ISR" in shown and not p.get("under_replicated"):
+        shown.remove("at min ISR")      # every healthy partition with as many replicas as min.insync.replicas
+    if "offline" in shown and "leader not live" in shown:
+        shown.remove("leader not live")
+    return ", ".join(shown)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
 
 
 def _ids(ids) -> str:

@@ -1,0 +1,74 @@
+"""A network partition isolating a partition's leader (seed 003, "Replication"): every broker reaches
+ZooKeeper and the other brokers' replication listener through a proxy of its own (`tcp_proxy.py`);
+clients reach each broker directly. Cutting the leader's two proxies leaves it serving clients but
+unable to reach ZooKeeper or be fetched from: another replica is elected once its session expires,
+and the old leader, healed, registers again, truncates what it took but never committed, and follows.
+No acknowledged record is lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from odradek.cluster.local_zookeeper import free_port
+
+from .cluster_support import Cluster, CountingProducer, read_all, wait_for
+from .tcp_proxy import TcpProxy
+
+
+@pytest.fixture(scope="module")
+def proxied_cluster(zookeeper, tmp_path_factory):
+    zk_proxies, replication_proxies, extra = [], [], []
+    for i in range(3):
+        zk_proxies.append(TcpProxy(zookeeper.port))
+        port = free_port()
+        replication_proxies.append(TcpProxy(port))
+        extra.append({
+            "zookeeper.connect": f"127.0.0.1:{zk_proxies[i].port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:0,REPLICATION://127.0.0.1:{port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:0,REPLICATION://127.0.0.1:{replication_proxies[i].port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
+        })
+    c = Cluster(tmp_path_factory.mktemp("partitioned"), zookeeper, 3)
+    for b, overrides in zip(c.brokers, extra):
+        b.overrides.update({k: str(v) for k, v in overrides.items()})
+    try:
+        c.start()
+        yield c, zk_proxies, replication_proxies
+    finally:
+        for p in zk_proxies + replication_proxies:
+            p.heal()
+        try:
+            c.shutdown()
+        finally:
+            for p in zk_proxies + replication_proxies:
+                p.close()
+
+
+def test_an_isolated_leader_loses_no_acknowledged_record(proxied_cluster):
+    cluster, zk_proxies, replication_proxies = proxied_cluster
+    cluster.create_topic("split", 1, 3, {"min.insync.replicas": "2"})
+    p = CountingProducer(cluster.bootstrap, "split", rate_per_s=2000)
+    p.start()
+    try:
+        wait_for("writes acknowledged", lambda: p.acked_count() >= 1000)
+        leader = cluster.leader_of("split", 0)
+        zk_proxies[leader].cut()
+        replication_proxies[leader].cut()
+        try:
+            wait_for("another leader", lambda: cluster.leader_of("split", 0) not in (-1, leader), timeout=60)
+            mark = p.acked_count()
+            wait_for("writes going on at the new leader", lambda: p.acked_count() > mark + 1000, timeout=60)
+        finally:
+            zk_proxies[leader].heal()
+            replication_proxies[leader].heal()
+        wait_for("the isolated broker back in the ISR", lambda: sorted(
+            cluster.partition_states("split")[0].isrs) == [0, 1, 2], timeout=90)
+        mark = p.acked_count()
+        wait_for("writes after healing", lambda: p.acked_count() > mark + 500)
+    finally:
+        p.stop()
+    lost, duplicated = p.checker.report(read_all(cluster.bootstrap, "split", 1))
+    assert not lost, f"{len(lost)} acknowledged record(s) lost, e.g. {sorted(lost)[:10]}"
+    assert not duplicated, f"{len(duplicated)} duplicated"
+    assert "registered again" in cluster.brokers[leader].log_text()
