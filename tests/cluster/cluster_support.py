@@ -16,6 +16,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.cluster.local_zookeeper import LocalZooKeeper
+from odradek.cluster.store import NoNodeError
+from odradek.cluster.zookeeper_store import ZooKeeperStore
 from tests.integration.conftest import Broker
 
 CLUSTER_OVERRIDES = {
@@ -49,6 +51,7 @@ class Cluster:
         self.brokers = [Broker(base / f"broker-{i}", {"broker.id": i, "zookeeper.connect": zookeeper.connect,
                                                       **CLUSTER_OVERRIDES, **(overrides or {})}, name=f"broker-{i}")
                         for i in range(size)]
+        self._store: ZooKeeperStore | None = None
 
     def start(self) -> "Cluster":
         for b in self.brokers:
@@ -90,10 +93,28 @@ class Cluster:
         wait_for(f"{name} led everywhere", lambda: self.partition_states(name) and all(
             p.leader >= 0 and len(p.isrs) == replication for p in self.partition_states(name).values()))
 
-    def partition_states(self, topic: str) -> dict:
-        md = self.metadata(topic)
-        t = md.topics.get(topic)
-        return {} if t is None or t.error is not None else dict(t.partitions)
+    def partition_states(self, topic: str) -> dict[int, "PartitionView"]:
+        """Each partition's leader, ISR and replicas as ZooKeeper has them: the truth the controller
+        and the leaders write (a broker cut off from the cluster may still answer Metadata with an
+        old view, as Kafka's would)."""
+        store = self._zookeeper_store()
+        try:
+            node, _ = store.get(f"/brokers/topics/{topic}")
+        except NoNodeError:
+            return {}
+        out = {}
+        for p, replicas in node["partitions"].items():
+            try:
+                st, _ = store.get(f"/brokers/topics/{topic}/partitions/{p}/state")
+            except NoNodeError:
+                continue
+            out[int(p)] = PartitionView(st["leader"], list(st["isr"]), list(replicas))
+        return out
+
+    def _zookeeper_store(self) -> ZooKeeperStore:
+        if self._store is None:
+            self._store = ZooKeeperStore(self.zookeeper.connect, session_timeout_ms=10000).start()
+        return self._store
 
     def leader_of(self, topic: str, partition: int) -> int:
         return self.partition_states(topic)[partition].leader
@@ -102,6 +123,8 @@ class Cluster:
         return self.metadata().controller_id
 
     def shutdown(self) -> None:
+        if self._store is not None:
+            self._store.close()
         errors = []
         for b in self.brokers:
             try:
@@ -110,6 +133,13 @@ class Cluster:
                 errors.append(str(e))
         if errors:
             raise AssertionError("\n".join(errors))
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    isrs: list[int]
+    replicas: list[int]
 
 
 @dataclass

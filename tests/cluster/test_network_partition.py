@@ -58,7 +58,8 @@ def test_an_isolated_leader_loses_no_acknowledged_record(proxied_cluster):
         try:
             wait_for("another leader", lambda: cluster.leader_of("split", 0) not in (-1, leader), timeout=60)
             mark = p.acked_count()
-            wait_for("writes going on at the new leader", lambda: p.acked_count() > mark + 1000, timeout=60)
+            wait_for(f"writes going on at the new leader (producer errors so far: {p.errors})",
+                     lambda: p.acked_count() > mark + 1000, timeout=60)
         finally:
             zk_proxies[leader].heal()
             replication_proxies[leader].heal()
@@ -71,4 +72,4 @@ def test_an_isolated_leader_loses_no_acknowledged_record(proxied_cluster):
     lost, duplicated = p.checker.report(read_all(cluster.bootstrap, "split", 1))
     assert not lost, f"{len(lost)} acknowledged record(s) lost, e.g. {sorted(lost)[:10]}"
     assert not duplicated, f"{len(duplicated)} duplicated"
-    assert "registered again" in cluster.brokers[leader].log_text()
+    wait_for("the isolated broker registered again", lambda: "registered again" in cluster.brokers[leader].log_text())

@@ -36,6 +36,7 @@ import functools
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
 from odradek.cluster.controller import ISR_CHANGE_NOTIFICATION_PATH, Controller
@@ -94,6 +95,10 @@ class ZkCluster(EmbeddedController):
         self._session_lost = False
         self._creating: set[str] = set()
         self._stopping = False
+        self._disconnected_at: float | None = None       # loop time ZooKeeper went away
+        self._isolation_check: asyncio.Task[None] | None = None
+        self._stepped_down = False
+        self._configs_unknown: set[str] = set()      # topics whose configs the store could not give
 
     # ------------------------------------------------------------------------------ store calls
     async def run_store(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -135,8 +140,62 @@ class ZkCluster(EmbeddedController):
             return
         if state == "LOST":
             loop.call_soon_threadsafe(self._lost)
+        elif state == "SUSPENDED":
+            loop.call_soon_threadsafe(self._suspended)
         elif state == "CONNECTED":
             loop.call_soon_threadsafe(self._connected)
+
+    def _suspended(self) -> None:
+        """Cut off from ZooKeeper: after a session timeout without it, partitions led here whose
+        followers stopped fetching step down (`_step_down_if_isolated`)."""
+        if self._stopping or self._isolation_check is not None:
+            return
+        assert self._loop is not None
+        self._disconnected_at = self._loop.time()
+        self._isolation_check = self._loop.create_task(self._watch_isolation())
+
+    async def _watch_isolation(self) -> None:
+        timeout_s = self.config.get("zookeeper.session.timeout.ms") / 1000
+        lag_ms = self.replica_manager.replica_lag_time_max_ms
+        while self._disconnected_at is not None:
+            await asyncio.sleep(min(timeout_s, lag_ms / 1000) / 4)
+            assert self._loop is not None
+            if self._disconnected_at is not None and self._loop.time() - self._disconnected_at >= timeout_s:
+                self._step_down_if_isolated(lag_ms)
+
+    def _step_down_if_isolated(self, lag_ms: int) -> None:
+        """Without ZooKeeper for longer than the session timeout this broker's session has expired and
+        another broker leads what it led; a partition whose in-sync followers stopped fetching (so its
+        ISR should shrink, which needs ZooKeeper) stops taking writes here: it follows no one and the
+        image names no leader, so clients ask the other brokers. (Kafka keeps leading and times acks=all
+        out; the records it took with acks=1 are truncated later. Stepping down shortens that window.)
+        Partitions whose followers still fetch keep their leader: a ZooKeeper outage alone stops no one."""
+        now = self.clock()
+        doomed = [p for p in self.replica_manager.partitions()
+                  if p.is_leader and p.isr_to_shrink(now, lag_ms) is not None]
+        if not doomed:
+            return
+        self._resign()
+        self._stepped_down = True
+        states = [LeaderAndIsrState(p.topic, p.index, -1, p.leader_epoch, tuple(p.isr), tuple(p.replicas),
+                                    p.partition_epoch, self.controller_epoch) for p in doomed]
+        self.replica_manager.apply_leader_and_isr(states, now)
+        image = self.metadata.image
+        put = []
+        for p in doomed:
+            info = image.topic(p.topic)
+            if info is not None and p.index in info.partitions:
+                st = info.partitions[p.index]
+                parts = dict(info.partitions)
+                parts[p.index] = PartitionState(-1, st.leader_epoch, st.isr, st.replicas)
+                put.append(replace(info, partitions=parts))
+                image = image.with_topics(put[-1:])
+        # Nor does it name itself among the brokers: a client then leaves it for the others, whose
+        # metadata is the controller's (librdkafka drops a broker that metadata no longer lists).
+        others = {b: r for b, r in image.brokers.items() if b != self.broker_id}
+        self.metadata.update(image.with_brokers(others, -1))
+        log.warning("no ZooKeeper for longer than its session timeout and followers gone: broker %d stops "
+                    "leading %s", self.broker_id, ", ".join(f"{p.topic}-{p.index}" for p in doomed[:10]))
 
     def _lost(self) -> None:
         if self._stopping:
@@ -146,9 +205,15 @@ class ZkCluster(EmbeddedController):
         self._resign()
 
     def _connected(self) -> None:
+        self._disconnected_at = None
+        if self._isolation_check is not None:
+            self._isolation_check.cancel()
+            self._isolation_check = None
         if self._stopping:
             return
-        if self._session_lost:
+        if self._configs_unknown:
+            self._spawn(self._reload_configs())
+        if self._session_lost or self._stepped_down:
             self._session_lost = False
             self._spawn(self._rejoin())
         elif self.active is not None:
@@ -156,8 +221,29 @@ class ZkCluster(EmbeddedController):
             self._brokers_changed()
             self._isr_changed()
 
+    async def _reload_configs(self) -> None:
+        names = sorted(self._configs_unknown)
+        configs = await self.run_store(_read_configs, self.store, names)
+        self._configs_unknown.difference_update(names)
+        image = self.metadata.image
+        put = [replace(info, configs=configs[n]) for n in names if (info := image.topic(n)) is not None]
+        self.metadata.update(image.with_topics(put))
+        for n in names:
+            self.reconfigure_logs(n)
+
     async def _rejoin(self) -> None:
         assert self._registration is not None
+        # A new timestamp tells the controller this is a new registration (Kafka's broker epoch), even
+        # when it sees the old node's removal and the new one's creation as one change.
+        self._registration = {**self._registration, "timestamp": str(self.clock())}
+        if self._stepped_down:
+            # The same session, but leadership given up here: registering anew makes the controller
+            # send this broker its partitions' states again.
+            self._stepped_down = False
+            try:
+                await self.run_store(self.store.delete, f"{BROKER_IDS_PATH}/{self.broker_id}")
+            except NoNodeError:
+                pass
         try:
             await self.run_store(register_broker, self.store, self.broker_id, self._registration)
             log.info("broker %d registered again with a new ZooKeeper session", self.broker_id)
@@ -175,6 +261,9 @@ class ZkCluster(EmbeddedController):
 
     async def aclose(self) -> None:
         self._stopping = True
+        self._disconnected_at = None
+        if self._isolation_check is not None:
+            self._isolation_check.cancel()
         self._resign()
         await self.fetchers.aclose()
         await super().aclose()
@@ -292,7 +381,13 @@ class ZkCluster(EmbeddedController):
             new_names = [t for t, (tid, _) in states.items()
                          if (image.topic(t) is None or image.topic(t).topic_id != tid)  # type: ignore[union-attr]
                          and any(s.leader != LEADER_DURING_DELETE for s in states[t][1])]
-            configs = await self.run_store(_read_configs, self.store, new_names) if new_names else {}
+            configs: dict[str, dict[str, str]] = {}
+            if new_names:
+                try:
+                    configs = await self.run_store(_read_configs, self.store, new_names)
+                except StoreError as e:    # ZooKeeper away: the defaults for now, the overrides once back
+                    log.warning("the configs of %s are not readable yet: %s", ", ".join(new_names[:5]), e)
+                    self._configs_unknown.update(new_names)
             put, gone = [], []
             image = self.metadata.image          # the store read above yielded
             for name, (topic_id, parts) in states.items():
@@ -513,7 +608,6 @@ class ZkCluster(EmbeddedController):
             raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot record the configs of {name}: {e}") from e
         info = self.metadata.image.topic(name)
         if info is not None:
-            from dataclasses import replace
             self.metadata.update(self.metadata.image.with_topics([replace(info, configs=dict(configs))]))
         if self.active is not None:
             self.active.cluster.image.with_configs(name, configs)
