@@ -6,8 +6,9 @@ Each handler asks the group coordinator runtime (`ctx.coordinators`, see `server
 to run a pure operation and encodes what it returns at the request's version. A group whose
 `__consumer_offsets` partition this broker does not lead gets NOT_COORDINATOR; one still loading gets
 COORDINATOR_LOAD_IN_PROGRESS. JoinGroup, SyncGroup, Heartbeat and LeaveGroup to a consumer group are
-answered for its classic members (`coordinator.consumer_classic`, online migration). FindCoordinator creates `__consumer_offsets` on its first call for a
-group, and answers with the coordinator's endpoint on the listener the request came on.
+answered for its classic members (`coordinator.consumer_classic`, online migration). FindCoordinator
+creates `__consumer_offsets` on its first call for a group, and answers with the coordinator's
+endpoint on the listener the request came on.
 """
 
 from __future__ import annotations
