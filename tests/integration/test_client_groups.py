@@ -33,6 +33,8 @@ def run_odradek(w) -> None:
                 "partition.assignment.strategy": a.strategy or "range", "metadata.max.age.ms": 2000}
         if a.instance_id:
             conf["group.instance.id"] = a.instance_id
+        if getattr(a, "group_protocol", None) == "consumer":
+            conf["group.protocol"] = "consumer"     # KIP-848: the broker keeps the session and assigns
         c = Consumer(conf)
         await c.start()
 
@@ -76,6 +78,7 @@ if __name__ == "__main__":
         parser.add_argument(flag, required=True)
     parser.add_argument("--instance-id")
     parser.add_argument("--strategy")
+    parser.add_argument("--group-protocol")
     run_odradek(groups_support.Worker(parser.parse_args()))
     sys.exit(0)
 
@@ -101,7 +104,8 @@ class OurMember(Member):
     """A worker process running odradek's consumer (this file as a script)."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, name: str, events_dir: Path,
-                 instance_id: str | None = None, strategy: str | None = None, run: int = 1) -> None:
+                 instance_id: str | None = None, strategy: str | None = None, run: int = 1,
+                 group_protocol: str | None = None) -> None:
         self.name = name
         self.label = f"{name}-{run}"
         self.events_path = events_dir / f"{name}-{run}.jsonl"
@@ -111,6 +115,8 @@ class OurMember(Member):
             cmd += ["--instance-id", instance_id]
         if strategy:
             cmd += ["--strategy", strategy]
+        if group_protocol:
+            cmd += ["--group-protocol", group_protocol]
         self.stderr_path = events_dir / f"{name}-{run}.stderr"
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err)

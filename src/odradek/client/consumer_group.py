@@ -25,6 +25,7 @@ from odradek.client.cluster import now_ms
 from odradek.client.errors import IllegalStateError, KafkaError
 from odradek.client.fetcher import TopicPartition
 from odradek.client.group import COOPERATIVE, AssignStep, Membership, PrepareStep, State
+from odradek.client.group_consumer import ConsumerMembership
 from odradek.client.group_runtime import GroupRuntime
 
 log = logging.getLogger("odradek.client.consumer")
@@ -40,7 +41,7 @@ class GroupConsumer:
     # provided by Consumer: config, cluster, _states, _data, _set_assignment, _kick, _check_open
 
     def _init_group(self) -> None:
-        self._membership: Membership | None = None
+        self._membership: Membership | ConsumerMembership | None = None
         self._group: GroupRuntime | None = None
         self._subscribed: tuple | None = None        # (topics, pattern) given to subscribe()
         self._manual = False                         # assign() is in use
@@ -53,7 +54,14 @@ class GroupConsumer:
         c = self.config
         if c["group.id"] is None:
             return
-        self._membership = Membership(c, now_ms())
+        if c["group.protocol"] == "consumer":
+            meta = self.cluster
+
+            def topic_name(topic_id) -> str | None:
+                return next((n for n, t in meta.metadata.topics.items() if t.topic_id == topic_id), None)
+            self._membership = ConsumerMembership(c, now_ms(), topic_name)
+        else:
+            self._membership = Membership(c, now_ms())
         self._group = GroupRuntime(self.cluster, c, self._membership, self._notify_group)
         if self._subscribed is not None:
             self._apply_subscription()
@@ -101,6 +109,8 @@ class GroupConsumer:
     def _apply_subscription(self) -> None:
         topics, pattern = self._subscribed
         self._group.set_pattern(pattern)
+        if isinstance(self._membership, ConsumerMembership):
+            self._membership.set_pattern(pattern)   # sent to the coordinator, which resolves it
         if pattern is None:
             self.cluster.add_topics(topics)
             self._membership.subscribe(topics, now_ms())

@@ -85,6 +85,8 @@ GROUP_CONFIG = [
     ConfigDef("enable.auto.commit", _bool, True, "only with group.id"),
     ConfigDef("auto.commit.interval.ms", _int, 5000),
     ConfigDef("default.api.timeout.ms", _int, 60000, "bound of commit() and committed()"),
+    ConfigDef("group.protocol", _any, "classic", "classic (JoinGroup/SyncGroup) or consumer (KIP-848)"),
+    ConfigDef("group.remote.assignor", _any, None, "group.protocol=consumer: the server assignor to ask for"),
 ]
 
 
@@ -104,6 +106,9 @@ def consumer_group_config(config: dict | None = None, **kwargs) -> dict:
         if out[name] <= 0:
             raise ConfigError(f"{name} must be positive")
     assignors_from_config(out["partition.assignment.strategy"])
+    out["group.protocol"] = str(out["group.protocol"]).lower()
+    if out["group.protocol"] not in ("classic", "consumer"):
+        raise ConfigError(f"group.protocol must be classic or consumer, not {out['group.protocol']!r}")
     return out
 
 

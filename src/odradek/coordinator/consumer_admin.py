@@ -7,19 +7,18 @@ the GroupType of ListGroups, and the member epoch that fences offset commits and
 - DescribeGroups on a consumer group answers as for an unknown group (Dead; GROUP_ID_NOT_FOUND from
   v6, see `server/apis/groups.py`), as Kafka does: that API describes classic groups.
 - DeleteGroups: only an Empty consumer group; its records and offsets get tombstones.
-- JoinGroup on a consumer group: an Empty one is replaced by the classic group; one with members
-  answers INCONSISTENT_GROUP_PROTOCOL (classic members joining a consumer group is not supported).
+- JoinGroup, SyncGroup, Heartbeat, LeaveGroup on a consumer group: see `consumer_classic`.
 - OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC for a topic some member subscribes to.
 - OffsetCommit: a consumer group accepts a commit from a member at its current epoch (STALE_MEMBER_EPOCH
   otherwise, UNKNOWN_MEMBER_ID for a stranger, UNSUPPORTED_VERSION below v9), or with epoch -1 when it
-  has no members (tools, `assign()` consumers). OffsetFetch v9+ with a member id checks the same epoch.
+  has no members (tools, `assign()` consumers). A classic member commits with its generation, the
+  member epoch (ILLEGAL_GENERATION otherwise), at any version. OffsetFetch v9+ with a member id checks the same epoch.
 """
 
 from __future__ import annotations
 
 import logging
 
-from odradek.coordinator import membership
 from odradek.coordinator import offsets as offs
 from odradek.coordinator.admin import (
     AUTHORIZED_OPERATIONS_OMITTED, GROUP_AUTHORIZED_OPERATIONS, delete_group as delete_classic, describe_group,
@@ -27,17 +26,14 @@ from odradek.coordinator.admin import (
 from odradek.coordinator.consumer_group import (
     CONSUMER_GROUP_TYPE, ConsumerGroup, ConsumerGroupState, TopicsView,
 )
-from odradek.coordinator.consumer_heartbeat import preferred_assignor, remove_member_records
-from odradek.coordinator.consumer_records import (
-    GroupEpochRecord, Partitions, SubscriptionMetadataRecord, TargetEpochRecord,
-)
+from odradek.coordinator.consumer_heartbeat import preferred_assignor
+from odradek.coordinator.consumer_migration import group_tombstones
+from odradek.coordinator.consumer_records import Partitions
 from odradek.coordinator.records import OffsetAndMetadata, OffsetRecord, Record
-from odradek.coordinator.rebalance import join_error
 from odradek.coordinator.shard import GroupShard, Outcome
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import consumer_group_describe as cgd
 from odradek.protocol.messages.describe_groups import DescribedGroup
-from odradek.protocol.messages.join_group import JoinGroupRequest
 from odradek.protocol.messages.list_groups import ListedGroup
 from odradek.protocol.messages.offset_commit import (
     OffsetCommitRequest, OffsetCommitResponse, OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -46,17 +42,8 @@ from odradek.protocol.messages.offset_commit import (
 log = logging.getLogger("odradek.coordinator")
 
 CONSUMER_MEMBER_TYPE = 1   # KIP-1099: a member using the consumer protocol
+CLASSIC_MEMBER_TYPE = 0    # a member that joined with JoinGroup (online migration)
 OFFSET_COMMIT_MIN_VERSION = 9
-
-
-def group_tombstones(group: ConsumerGroup) -> list[Record]:
-    """Every record of the group, tombstoned (members first, the group epoch last)."""
-    out: list[Record] = []
-    for member_id in sorted(group.members):
-        out += remove_member_records(group.group_id, member_id)
-    gid = group.group_id
-    out += [TargetEpochRecord(gid, None), SubscriptionMetadataRecord(gid, None), GroupEpochRecord(gid, None)]
-    return out
 
 
 # ------------------------------------------------------------------------------------------ describe
@@ -80,7 +67,8 @@ def describe(shard: GroupShard, group_id: str, include_authorized_operations: bo
         subscribed_topic_names=list(m.subscription.subscribed_topic_names),
         subscribed_topic_regex=m.subscription.subscribed_topic_regex,
         assignment=_assignment(m.assigned, topics), target_assignment=_assignment(g.target.get(m.member_id, {}), topics),
-        member_type=CONSUMER_MEMBER_TYPE) for m in g.members.values()]
+        member_type=CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE)
+        for m in g.members.values()]
     return cgd.DescribedGroup(
         error_code=ErrorCode.NONE, group_id=group_id, group_state=g.state().value, group_epoch=g.group_epoch,
         assignment_epoch=g.assignment_epoch, assignor_name=preferred_assignor(g.members, assignors),
@@ -124,20 +112,6 @@ def delete_group(shard: GroupShard, group_id: str, now_ms: int) -> Outcome:
     return Outcome(ErrorCode.NONE, records=records)
 
 
-# ------------------------------------------------------------------------------------------ classic APIs
-def join_group(shard: GroupShard, req: JoinGroupRequest, caller: membership.Caller, now_ms: int) -> Outcome:
-    """JoinGroup, minding consumer groups of the same id."""
-    g = shard.consumer_groups.get(req.group_id)
-    if g is None:
-        return membership.join_group(shard, req, caller, now_ms)
-    if g.members:
-        return Outcome(join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id))
-    log.info("group %s: converting the empty consumer group to a classic group", req.group_id)
-    out = membership.join_group(shard, req, caller, now_ms)
-    out.records = group_tombstones(g) + out.records
-    return out
-
-
 # ------------------------------------------------------------------------------------------ offsets
 def validate_commit(g: ConsumerGroup, member_id: str, member_epoch: int, api_version: int) -> ErrorCode:
     if member_epoch < 0 and not g.members:
@@ -145,6 +119,8 @@ def validate_commit(g: ConsumerGroup, member_id: str, member_epoch: int, api_ver
     member = g.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
+    if member.uses_classic_protocol:
+        return ErrorCode.NONE if member_epoch == member.member_epoch else ErrorCode.ILLEGAL_GENERATION
     if api_version < OFFSET_COMMIT_MIN_VERSION:
         return ErrorCode.UNSUPPORTED_VERSION
     if member_epoch != member.member_epoch:

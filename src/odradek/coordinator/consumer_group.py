@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -127,6 +127,11 @@ class ConsumerMember:
         return self.current.member_epoch
 
     @property
+    def uses_classic_protocol(self) -> bool:
+        """A member that joined with JoinGroup (online migration, see `consumer_classic`)."""
+        return self.subscription.classic is not None
+
+    @property
     def previous_member_epoch(self) -> int:
         return self.current.previous_member_epoch
 
@@ -155,6 +160,14 @@ class ConsumerMember:
         names = frozenset(self.subscription.subscribed_topic_names)
         regex = self.subscription.subscribed_topic_regex
         return names | topics.regex_matches(regex) if regex else names
+
+
+def subscription_metadata(members: Iterable[ConsumerMember], topics: TopicsView) -> dict[str, TopicMeta]:
+    """The metadata of every existing topic some member subscribes to."""
+    names: set[str] = set()
+    for m in members:
+        names |= m.subscribed_names(topics)
+    return {n: topics.by_name[n] for n in sorted(names) if n in topics.by_name}
 
 
 # ------------------------------------------------------------------------------------------ group
@@ -277,7 +290,11 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
             group.drop_member(record.member_id)
             _cancel_member_timers(shard, gid, record.member_id)
         else:
-            group.put_member(_member(shard, group, record.member_id, now_ms).with_subscription(record.value))
+            new = record.member_id not in group.members
+            subscribed = _member(shard, group, record.member_id, now_ms).with_subscription(record.value)
+            group.put_member(subscribed)
+            if new and subscribed.uses_classic_protocol:
+                shard.schedule(session_timer(gid, subscribed.member_id), now_ms + session_timeout_ms(shard, subscribed))
     elif isinstance(record, CurrentAssignmentRecord):
         member = group.members.get(record.member_id)
         if record.value is None:
@@ -295,6 +312,12 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
                 shard.schedule(key, now_ms + (timeout if timeout > 0 else shard.config.consumer_session_timeout_ms))
         else:
             shard.cancel(key)
+
+
+def session_timeout_ms(shard: GroupShard, member: ConsumerMember) -> int:
+    """A classic member keeps the session timeout it joined with; the others have the group's."""
+    classic = member.subscription.classic
+    return classic.session_timeout_ms if classic is not None else shard.config.consumer_session_timeout_ms
 
 
 def _is_tombstone(record: ConsumerRecord) -> bool:

@@ -32,14 +32,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from odradek.coordinator import assignors_server
+from odradek.coordinator import assignors_server, consumer_migration
 from odradek.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, REVOCATION_TIMER, SESSION_TIMER, ConsumerGroup,
-    ConsumerMember, MemberState, TopicsView, compile_regex, session_timer,
+    ConsumerMember, MemberState, TopicsView, compile_regex, session_timeout_ms, session_timer, subscription_metadata,
 )
 from odradek.coordinator.consumer_records import (
     CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription, Partitions,
     SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta, partitions_of,
+    remove_member_records,
 )
 from odradek.coordinator.group import GroupState
 from odradek.coordinator.records import GroupRecord
@@ -121,18 +122,21 @@ def _is_subset(owned: OwnedPartitions, assigned: Partitions) -> bool:
 # ------------------------------------------------------------------------------------------ heartbeat
 def heartbeat(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, caller: Caller, topics: TopicsView,
               now_ms: int) -> Outcome:
+    out = Outcome()
     try:
         validate(req, caller.api_version, shard.config.consumer_assignors)
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return _leave(shard, req, now_ms)
-        return _heartbeat(shard, req, caller, topics, now_ms)
+        return _heartbeat(shard, req, caller, topics, now_ms, out)
     except Refused as e:
         log.debug("group %s: heartbeat of member %s epoch %d refused: %s %s", req.group_id, req.member_id,
                   req.member_epoch, e.code.name, e.message)
-        return Outcome(error_response(e.code, e.message))
+        # A conversion the operation already applied stays (its records are in the shard).
+        return Outcome(error_response(e.code, e.message), records=out.records[:out.replayed], replayed=out.replayed)
 
 
-def _group_for(shard: GroupShard, group_id: str, joining: bool, out: Outcome) -> ConsumerGroup:
+def _group_for(shard: GroupShard, group_id: str, joining: bool, topics: TopicsView, now_ms: int,
+               out: Outcome) -> ConsumerGroup:
     group = shard.consumer_groups.get(group_id)
     if group is not None:
         return group
@@ -141,7 +145,11 @@ def _group_for(shard: GroupShard, group_id: str, joining: bool, out: Outcome) ->
     classic = shard.group(group_id)
     if classic is not None:
         if classic.members or classic.state != GroupState.EMPTY or classic.pending_members:
-            raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            reason = consumer_migration.refuse_upgrade(shard, classic)
+            if reason is not None:
+                log.info("group %s: cannot upgrade the classic group to a consumer group: %s", group_id, reason)
+                raise Refused(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            return consumer_migration.upgrade(shard, classic, topics, now_ms, out)
         if classic.protocol_type is not None:
             # An empty classic group becomes a consumer group; its committed offsets stay.
             log.info("group %s: converting the empty classic group to a consumer group", group_id)
@@ -149,18 +157,34 @@ def _group_for(shard: GroupShard, group_id: str, joining: bool, out: Outcome) ->
     return ConsumerGroup(group_id)   # materialised when its records are replayed
 
 
-def _heartbeat(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, caller: Caller, topics: TopicsView,
-               now_ms: int) -> Outcome:
-    gid = req.group_id
-    out = Outcome()
-    group = _group_for(shard, gid, req.member_epoch == 0, out)
-    member_id = req.member_id or shard.new_uuid()
+def check_size(shard: GroupShard, group: ConsumerGroup, member_id: str) -> None:
     if len(group.members) >= shard.config.consumer_max_size and member_id not in group.members:
         raise Refused(ErrorCode.GROUP_MAX_SIZE_REACHED, "The consumer group has reached its maximum capacity of "
                       f"{shard.config.consumer_max_size} members.")
+
+
+def _heartbeat(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, caller: Caller, topics: TopicsView,
+               now_ms: int, out: Outcome) -> Outcome:
+    gid = req.group_id
+    group = _group_for(shard, gid, req.member_epoch == 0, topics, now_ms, out)
+    member_id = req.member_id or shard.new_uuid()
+    check_size(shard, group, member_id)
     member, replaced = _resolve_member(group, req, member_id)
+    current = advance(shard, group, member, replaced, _updated_subscription(member, req, caller),
+                      req.topic_partitions, topics, out)
+    shard.schedule(session_timer(gid, member_id), now_ms + shard.config.consumer_session_timeout_ms)
+    out.response = _response(shard, req, member, member_id, current)
+    return out
+
+
+def advance(shard: GroupShard, group: ConsumerGroup, member: ConsumerMember, replaced: ConsumerMember | None,
+            subscription: MemberSubscription, owned: OwnedPartitions, topics: TopicsView,
+            out: Outcome) -> CurrentAssignment:
+    """A member's subscription, the group epoch, the target assignment and the member's reconciliation,
+    for a heartbeat and for a classic member's JoinGroup alike; the records go to `out`."""
+    gid, member_id = group.group_id, member.member_id
     # 1. The member and its subscription.
-    updated, bump = _update_member(group, member, replaced, req, caller, out)
+    updated, bump = _update_member(group, member, replaced, subscription, out)
     members = {m_id: m for m_id, m in group.members.items() if replaced is None or m_id != replaced.member_id}
     members[member_id] = updated
     # 2. The group epoch: a changed subscription, or changed metadata of the subscribed topics.
@@ -182,21 +206,18 @@ def _heartbeat(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, caller
     # 4. Reconciliation: partitions another member still owns are not handed out yet.
     gone = replaced.member_id if replaced is not None else None
     subscribed_ids = {metadata[n].topic_id for n in updated.subscribed_names(topics) if n in metadata}
-    current = reconcile(updated, target_epoch, member_target, req.topic_partitions, subscribed_ids,
+    current = reconcile(updated, target_epoch, member_target, owned, subscribed_ids,
                         lambda t, p: group.owners.get((t, p)) in (None, member_id, gone))
     if current != updated.current or replaced is not None or member_id not in group.members:
         out.records.append(CurrentAssignmentRecord(gid, member_id, current))
-    shard.schedule(session_timer(gid, member_id), now_ms + shard.config.consumer_session_timeout_ms)
-    out.response = _response(shard, req, member, member_id, current)
-    return out
+    return current
 
 
 def _update_member(group: ConsumerGroup, member: ConsumerMember, replaced: ConsumerMember | None,
-                   req: cgh.ConsumerGroupHeartbeatRequest, caller: Caller, out: Outcome) -> tuple[ConsumerMember, bool]:
-    """(the member with the request's subscription, whether the group epoch must go up)."""
+                   subscription: MemberSubscription, out: Outcome) -> tuple[ConsumerMember, bool]:
+    """(the member with its new subscription, whether the group epoch must go up)."""
     gid, member_id = group.group_id, member.member_id
     old = member.subscription
-    subscription = _updated_subscription(member, req, caller)
     updated = member.with_subscription(subscription)
     if replaced is not None:
         out.records += remove_member_records(gid, replaced.member_id)
@@ -296,13 +317,6 @@ def _updated_subscription(member: ConsumerMember, req: cgh.ConsumerGroupHeartbea
         server_assignor=req.server_assignor if req.server_assignor is not None else s.server_assignor)
 
 
-def subscription_metadata(members: Iterable[ConsumerMember], topics: TopicsView) -> dict[str, TopicMeta]:
-    names: set[str] = set()
-    for m in members:
-        names |= m.subscribed_names(topics)
-    return {n: topics.by_name[n] for n in sorted(names) if n in topics.by_name}
-
-
 # ------------------------------------------------------------------------------------------ target
 def preferred_assignor(members: Mapping[str, ConsumerMember], assignors: tuple[str, ...]) -> str:
     votes = Counter(m.subscription.server_assignor for m in members.values() if m.subscription.server_assignor)
@@ -374,17 +388,18 @@ def reconcile(member: ConsumerMember, target_epoch: int, target: Partitions, own
 
 
 # ------------------------------------------------------------------------------------------ leaving
-def remove_member_records(group_id: str, member_id: str) -> list:
-    """Tombstones for a member, in the order Kafka writes them."""
-    return [CurrentAssignmentRecord(group_id, member_id, None), TargetMemberRecord(group_id, member_id, None),
-            MemberRecord(group_id, member_id, None)]
-
-
 def fence_member(group: ConsumerGroup, member: ConsumerMember) -> Outcome:
     """Remove the member and bump the group epoch; the others get a new target at their next heartbeat."""
+    return fence_members(group, [member.member_id])
+
+
+def fence_members(group: ConsumerGroup, member_ids: Iterable[str]) -> Outcome:
     gid = group.group_id
-    out = Outcome(records=remove_member_records(gid, member.member_id))
-    rest = [m for m in group.members.values() if m.member_id != member.member_id]
+    gone = set(member_ids)
+    out = Outcome()
+    for member_id in sorted(gone):
+        out.records += remove_member_records(gid, member_id)
+    rest = [m for m in group.members.values() if m.member_id not in gone]
     kept = {n: meta for n, meta in group.subscription_metadata.items() if any(_subscribes(m, n) for m in rest)}
     if kept != group.subscription_metadata:
         out.records.append(SubscriptionMetadataRecord(gid, kept))
@@ -426,7 +441,7 @@ def _leave(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, now_ms: in
             LEAVE_GROUP_STATIC_MEMBER_EPOCH, c.member_epoch, c.state, c.assigned, c.pending_revocation))
         return Outcome(response, records=[record])
     log.info("group %s: member %s left the consumer group", gid, member.member_id)
-    out = fence_member(group, member)
+    out = consumer_migration.maybe_downgrade(shard, group, member.member_id, fence_member(group, member), now_ms)
     out.response = response
     return out
 
@@ -440,7 +455,7 @@ def fire(shard: GroupShard, key: tuple, now_ms: int) -> Outcome:
         return Outcome()
     if kind == SESSION_TIMER:
         log.info("group %s: member %s has not heartbeated in %d ms; removing it", gid, member_id,
-                 shard.config.consumer_session_timeout_ms)
+                 session_timeout_ms(shard, member))
     elif kind == REVOCATION_TIMER:
         if member.state != MemberState.UNREVOKED_PARTITIONS:
             return Outcome()
@@ -448,4 +463,4 @@ def fire(shard: GroupShard, key: tuple, now_ms: int) -> Outcome:
                  gid, member_id)
     else:
         raise AssertionError(f"unknown timer {key!r}")
-    return fence_member(group, member)
+    return consumer_migration.maybe_downgrade(shard, group, member_id, fence_member(group, member), now_ms)

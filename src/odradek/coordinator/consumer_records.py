@@ -70,6 +70,14 @@ class TopicMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMeta:
+    """What a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) in a consumer
+    group keeps: its session timeout and its protocols (name, metadata) in its order of preference."""
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberSubscription:
     instance_id: str | None
     rack_id: str | None
@@ -79,6 +87,7 @@ class MemberSubscription:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMeta | None = None   # a classic member's protocol data (online migration)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +144,12 @@ CONSUMER_RECORD_TYPES = (GroupEpochRecord, SubscriptionMetadataRecord, MemberRec
                          TargetMemberRecord, CurrentAssignmentRecord)
 
 
+def remove_member_records(group_id: str, member_id: str) -> list[ConsumerRecord]:
+    """Tombstones for a member, in the order Kafka writes them."""
+    return [CurrentAssignmentRecord(group_id, member_id, None), TargetMemberRecord(group_id, member_id, None),
+            MemberRecord(group_id, member_id, None)]
+
+
 def _tps(cls: type, parts: Partitions) -> list:
     return [cls(topic_id=t, partitions=sorted(ps)) for t, ps in sorted(parts.items(), key=lambda kv: str(kv[0]))]
 
@@ -163,7 +178,10 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
         member_value: object | None = None if s is None else mmv.ConsumerGroupMemberMetadataValue(
             instance_id=s.instance_id, rack_id=s.rack_id, client_id=s.client_id, client_host=s.client_host,
             subscribed_topic_names=list(s.subscribed_topic_names), subscribed_topic_regex=s.subscribed_topic_regex,
-            rebalance_timeout_ms=s.rebalance_timeout_ms, server_assignor=s.server_assignor)
+            rebalance_timeout_ms=s.rebalance_timeout_ms, server_assignor=s.server_assignor,
+            classic_member_metadata=None if s.classic is None else mmv.ClassicMemberMetadata(
+                session_timeout_ms=s.classic.session_timeout_ms,
+                supported_protocols=[mmv.ClassicProtocol(name=n, metadata=m) for n, m in s.classic.protocols]))
         return key, _value("ConsumerGroupMemberMetadataValue", member_value)
     if isinstance(r, TargetEpochRecord):
         key = encode_record("ConsumerGroupTargetAssignmentMetadataKey", TARGET_EPOCH_KEY,
@@ -191,6 +209,12 @@ def _dec(name: str, data: bytes) -> Any:
     return decode_record(name, data)[1]
 
 
+def _classic(c: Any) -> ClassicMeta | None:
+    if c is None:
+        return None
+    return ClassicMeta(c.session_timeout_ms, tuple((p.name, bytes(p.metadata)) for p in c.supported_protocols))
+
+
 def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
     """A record of one of KEY_VERSIONS; raises ProtocolError when it does not parse."""
     if key_version == GROUP_EPOCH_KEY:
@@ -213,7 +237,8 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         v = _dec("ConsumerGroupMemberMetadataValue", value)
         return MemberRecord(k.group_id, k.member_id, MemberSubscription(
             v.instance_id, v.rack_id, v.client_id, v.client_host, tuple(v.subscribed_topic_names),
-            v.subscribed_topic_regex or None, v.rebalance_timeout_ms, v.server_assignor or None))
+            v.subscribed_topic_regex or None, v.rebalance_timeout_ms, v.server_assignor or None,
+            _classic(v.classic_member_metadata)))
     if key_version == TARGET_EPOCH_KEY:
         k = _dec("ConsumerGroupTargetAssignmentMetadataKey", key)
         if value is None:

@@ -241,7 +241,7 @@ class GroupCoordinator:
                 self._reload(p)
                 raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from e
             self._last_written[p] = end
-            for r in outcome.records:
+            for r in outcome.records[outcome.replayed:]:
                 shard.replay(r, now_ms)
         deadline = shard.next_deadline()
         if deadline is not None and (self._next_wake_ms is None or deadline < self._next_wake_ms):

@@ -9,7 +9,11 @@ may update rebalance bookkeeping (see `group`), and returns:
   SyncGroup that completes when other members arrive or a timer fires);
 - `records`: what to append to the partition; durable state changes only when the runtime replays
   them through `replay`, the same function that loads the partition after a restart or failover;
-- `completions`: answers for parked callers, handed out after the records are appended.
+- `completions`: answers for parked callers, handed out after the records are appended;
+- `replayed`: how many of the first records the operation has already replayed itself. Only a
+  group's conversion between the classic and the consumer protocol does that (Kafka's coordinator
+  also applies a conversion directly): the operation goes on with the converted group, so it replays
+  the conversion's records first; if the append then fails the runtime reloads the partition.
 
 Timers are data: `schedule(key, deadline_ms)` records a deadline in `timers`; the runtime sleeps
 until `next_deadline()` and hands each due key to `membership.fire`. A moved deadline does not add
@@ -54,6 +58,7 @@ class GroupConfig:
     consumer_heartbeat_interval_ms: int = 5000          # group.consumer.heartbeat.interval.ms
     consumer_max_size: int = 2**31 - 1                  # group.consumer.max.size
     consumer_assignors: tuple[str, ...] = ("uniform", "range")   # group.consumer.assignors
+    consumer_migration_policy: str = "bidirectional"    # group.consumer.migration.policy
 
 
 WaitKey = tuple   # ("join" | "sync", group_id, member_id)
@@ -66,6 +71,7 @@ class Outcome:
     park: WaitKey | None = None
     records: list[Record] = field(default_factory=list)
     completions: list[tuple[WaitKey, object]] = field(default_factory=list)
+    replayed: int = 0
 
     def add(self, other: "Outcome") -> "Outcome":
         self.records += other.records

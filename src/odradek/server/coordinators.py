@@ -89,7 +89,8 @@ def group_config(config: BrokerConfig) -> GroupConfig:
         consumer_session_timeout_ms=config.get("group.consumer.session.timeout.ms"),
         consumer_heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
         consumer_max_size=config.get("group.consumer.max.size"),
-        consumer_assignors=tuple(config.get("group.consumer.assignors")))
+        consumer_assignors=tuple(config.get("group.consumer.assignors")),
+        consumer_migration_policy=config.get("group.consumer.migration.policy"))
 
 
 class Coordinators:

@@ -59,7 +59,7 @@ class Harness:
     def apply(self, out: Outcome) -> None:
         if out.records:
             self.batches.append(build_batch(out.records, self.now))
-            for r in out.records:
+            for r in out.records[out.replayed:]:
                 self.shard.replay(r, self.now)
         for key, response in out.completions:
             if key in self.parked:

@@ -5,7 +5,7 @@ synchronous runtime stand-in (`harness.Harness`), which writes real batch bytes.
 
 import uuid
 
-from odradek.coordinator import admin, consumer_admin, consumer_heartbeat
+from odradek.coordinator import admin, consumer_admin, consumer_classic, consumer_heartbeat
 from odradek.coordinator.consumer_group import MemberState, TopicsView
 from odradek.coordinator.consumer_records import (
     CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
@@ -342,7 +342,7 @@ def test_topic_growth_and_deletion_change_the_target():
 
 
 def test_offline_upgrade_and_downgrade_between_classic_and_consumer_groups():
-    h = Harness()
+    h = Harness(consumer_migration_policy="disabled")
     (leader,) = h.stable_group(1)
     assert Member(h, "x", group=GROUP).join().error_code == ErrorCode.GROUP_ID_NOT_FOUND   # it has members
     h.commit({("orders", 0): 42}, member_id=leader, generation=h.group.generation)
@@ -355,15 +355,16 @@ def test_offline_upgrade_and_downgrade_between_classic_and_consumer_groups():
             + consumer_admin.list_groups(h.shard, set(), set())] == ["consumer"]
     rebuilt = h.rebuilt()
     assert GROUP in rebuilt.consumer_groups and rebuilt.group(GROUP).offsets[("orders", 0)].offset == 42
-    # A classic member cannot join while the consumer group has members ...
+    # A member of another protocol type cannot join while the consumer group has members ...
     req = JoinGroupRequest(group_id=GROUP, session_timeout_ms=10_000, rebalance_timeout_ms=30_000, member_id="",
-                           protocol_type="consumer",
+                           protocol_type="connect",
                            protocols=[JoinGroupRequestProtocol(name="range", metadata=subscription("orders"))])
     caller = Caller("client", "/127.0.0.1", 5)
-    assert h.run(consumer_admin.join_group, req, caller).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-    # ... and turns the Empty consumer group back into a classic one.
+    assert h.run(consumer_classic.join_group, req, caller, TOPICS).error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # ... and a JoinGroup turns the Empty consumer group back into a classic one.
     m.leave()
-    assert h.run(consumer_admin.join_group, req, caller).error_code == ErrorCode.MEMBER_ID_REQUIRED
+    req.protocol_type = "consumer"
+    assert h.run(consumer_classic.join_group, req, caller, TOPICS).error_code == ErrorCode.MEMBER_ID_REQUIRED
     assert GROUP not in h.shard.consumer_groups and h.fetch([("orders", [0])]) == {("orders", 0): 42}
 
 

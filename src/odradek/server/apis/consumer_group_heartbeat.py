@@ -10,29 +10,11 @@ COORDINATOR_NOT_AVAILABLE) are answered as top-level error codes.
 from __future__ import annotations
 
 from odradek.coordinator import consumer_admin, consumer_heartbeat
-from odradek.coordinator.consumer_group import TopicsView
-from odradek.coordinator.consumer_records import TopicMeta
 from odradek.coordinator.runtime import CoordinatorError
 from odradek.protocol.messages import consumer_group_describe as cgd
 from odradek.protocol.messages import consumer_group_heartbeat as cgh
-from odradek.server.apis.groups import caller_of, coordinator_of, run
+from odradek.server.apis.groups import caller_of, coordinator_of, run, topics_view
 from odradek.server.context import RequestContext
-from odradek.server.metadata_cache import MetadataImage
-
-_last_view: tuple[MetadataImage, TopicsView] | None = None
-
-
-def topics_view(image: MetadataImage) -> TopicsView:
-    """The image's topics for the coordinator; the same object for the same image."""
-    global _last_view
-    cached = _last_view
-    if cached is not None and cached[0] is image:
-        return cached[1]
-    view = TopicsView({name: TopicMeta(info.topic_id, len(info.partitions)) for name, info in image.topics.items()},
-                      frozenset(name for name, info in image.topics.items() if info.is_internal))
-    _last_view = (image, view)
-    return view
-
 
 def _assignors(ctx: RequestContext) -> tuple[str, ...]:
     return coordinator_of(ctx).config.consumer_assignors

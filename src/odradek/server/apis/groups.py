@@ -5,8 +5,10 @@ coordinator; seed 004, "Group Membership API"; DESIGN, "How data flows: Groups a
 Each handler asks the group coordinator runtime (`ctx.coordinators`, see `server/coordinators.py`)
 to run a pure operation and encodes what it returns at the request's version. A group whose
 `__consumer_offsets` partition this broker does not lead gets NOT_COORDINATOR; one still loading gets
-COORDINATOR_LOAD_IN_PROGRESS. FindCoordinator creates `__consumer_offsets` on its first call for a
-group, and answers with the coordinator's endpoint on the listener the request came on.
+COORDINATOR_LOAD_IN_PROGRESS. JoinGroup, SyncGroup, Heartbeat and LeaveGroup to a consumer group are
+answered for its classic members (`coordinator.consumer_classic`, online migration). FindCoordinator
+creates `__consumer_offsets` on its first call for a group, and answers with the coordinator's
+endpoint on the listener the request came on.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from odradek.coordinator import admin, consumer_admin, membership
+from odradek.coordinator import admin, consumer_admin, consumer_classic
+from odradek.coordinator.consumer_group import TopicsView
+from odradek.coordinator.consumer_records import TopicMeta
 from odradek.coordinator.membership import Caller
 from odradek.coordinator.runtime import CoordinatorError, GroupCoordinator
 from odradek.protocol.error_codes import ErrorCode
@@ -27,7 +31,7 @@ from odradek.protocol.messages import leave_group as lg
 from odradek.protocol.messages import list_groups as ls
 from odradek.protocol.messages import sync_group as sg
 from odradek.server.context import RequestContext
-from odradek.server.metadata_cache import BrokerEndpoint
+from odradek.server.metadata_cache import BrokerEndpoint, MetadataImage
 
 log = logging.getLogger("odradek.groups")
 
@@ -42,6 +46,21 @@ def coordinator_of(ctx: RequestContext) -> GroupCoordinator:
 def caller_of(ctx: RequestContext) -> Caller:
     host = ctx.connection.peer[0] if ctx.connection is not None else "?"
     return Caller(ctx.header.client_id or "", f"/{host}", ctx.api_version)
+
+
+_last_view: tuple[MetadataImage, TopicsView] | None = None
+
+
+def topics_view(image: MetadataImage) -> TopicsView:
+    """The image's topics for the coordinator; the same object for the same image."""
+    global _last_view
+    cached = _last_view
+    if cached is not None and cached[0] is image:
+        return cached[1]
+    view = TopicsView({name: TopicMeta(info.topic_id, len(info.partitions)) for name, info in image.topics.items()},
+                      frozenset(name for name, info in image.topics.items() if info.is_internal))
+    _last_view = (image, view)
+    return view
 
 
 async def run(ctx: RequestContext, group_id: str, op: Callable[..., Any], *args: Any) -> Any:
@@ -87,7 +106,8 @@ async def handle_find_coordinator(ctx: RequestContext, request: fc.FindCoordinat
 # ------------------------------------------------------------------------------------ membership
 async def handle_join_group(ctx: RequestContext, request: jg.JoinGroupRequest) -> jg.JoinGroupResponse:
     try:
-        response = await run(ctx, request.group_id, consumer_admin.join_group, request, caller_of(ctx))
+        response = await run(ctx, request.group_id, consumer_classic.join_group, request, caller_of(ctx),
+                             topics_view(ctx.metadata.image))
     except CoordinatorError as e:
         response = jg.JoinGroupResponse(error_code=e.code, generation_id=-1, protocol_name=None, leader="",
                                         member_id="", members=[])
@@ -98,21 +118,22 @@ async def handle_join_group(ctx: RequestContext, request: jg.JoinGroupRequest) -
 
 async def handle_sync_group(ctx: RequestContext, request: sg.SyncGroupRequest) -> sg.SyncGroupResponse:
     try:
-        return await run(ctx, request.group_id, membership.sync_group, request, caller_of(ctx))
+        return await run(ctx, request.group_id, consumer_classic.sync_group, request, caller_of(ctx),
+                         topics_view(ctx.metadata.image))
     except CoordinatorError as e:
         return sg.SyncGroupResponse(error_code=e.code)
 
 
 async def handle_heartbeat(ctx: RequestContext, request: hb.HeartbeatRequest) -> hb.HeartbeatResponse:
     try:
-        return await run(ctx, request.group_id, membership.heartbeat, request, caller_of(ctx))
+        return await run(ctx, request.group_id, consumer_classic.heartbeat, request, caller_of(ctx))
     except CoordinatorError as e:
         return hb.HeartbeatResponse(error_code=e.code)
 
 
 async def handle_leave_group(ctx: RequestContext, request: lg.LeaveGroupRequest) -> lg.LeaveGroupResponse:
     try:
-        return await run(ctx, request.group_id, membership.leave_group, request, caller_of(ctx))
+        return await run(ctx, request.group_id, consumer_classic.leave_group, request, caller_of(ctx))
     except CoordinatorError as e:
         return lg.LeaveGroupResponse(error_code=e.code)
 

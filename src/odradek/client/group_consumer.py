@@ -1,0 +1,431 @@
+"""The consumer group protocol's membership (`group.protocol=consumer`; seed 002, KIP-848: the member
+heartbeats, the coordinator assigns), sans I/O, with the interface of the classic `group.Membership`
+so the same runtime (`group_runtime.GroupRuntime`) and the same poll steps (`consumer_group`) drive it.
+
+The member generates its member id (a random UUID, ConsumerGroupHeartbeat v1) and sends:
+
+- a full heartbeat to join (epoch 0): rebalance timeout (max.poll.interval.ms), subscribed topic
+  names or, for a pattern subscription, the regex itself (SubscribedTopicRegex: the coordinator
+  resolves it), `group.remote.assignor`, `group.instance.id`, no owned partitions;
+- then a heartbeat every heartbeat interval the coordinator hands out, with the partitions it owns
+  (its acknowledgement of a revocation) and the subscription only when it changed;
+- epoch -1 to leave on close or unsubscribe (-2 for a static member: it keeps its partitions for
+  the session timeout, so a restart gets them back without a rebalance).
+
+Reconciliation: an assignment in a response (topic ids, resolved to names through the client's
+metadata) becomes one `AssignStep` run inside poll: commit what is revoked (enable.auto.commit),
+on_partitions_revoked, then the new assignment, then on_partitions_assigned. Revocation comes before
+acquisition, and the coordinator never hands out a partition another member has not released, so no
+partition has two owners. The next heartbeat reports the new owned set, which lets the coordinator
+move the member to its new epoch and release the revoked partitions to others.
+
+Errors: FENCED_MEMBER_EPOCH and UNKNOWN_MEMBER_ID lose the partitions (on_partitions_lost) and join
+again with epoch 0; NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE find the coordinator again;
+COORDINATOR_LOAD_IN_PROGRESS and UNRELEASED_INSTANCE_ID retry after retry.backoff.ms; the rest
+(FENCED_INSTANCE_ID, UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, GROUP_MAX_SIZE_REACHED, ...)
+are fatal and raised from poll. Offsets are committed with the member epoch (OffsetCommit v9+);
+STALE_MEMBER_EPOCH is retried with the epoch the next heartbeat brings.
+
+The seed's client-side assignors (ConsumerGroupPrepareAssignment / InstallAssignment) were dropped
+from KIP-848 before Kafka 4.0 shipped it; they are not implemented.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+import uuid
+from typing import Callable
+
+from odradek.client.errors import BrokerResponseError, KafkaError
+from odradek.client.fetcher import TopicPartition
+from odradek.client.group import (
+    COOPERATIVE, FIND_COORDINATOR, AssignStep, CommitFailedError, FencedInstanceIdError, PrepareStep,
+    RebalanceInProgressError, Send, State,
+)
+from odradek.protocol.error_codes import ErrorCode, for_code
+from odradek.protocol.messages import consumer_group_heartbeat as cgh
+from odradek.protocol.messages import find_coordinator as fc
+
+log = logging.getLogger("odradek.client.group")
+
+CONSUMER_GROUP_HEARTBEAT = 68
+LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
+_COORDINATOR_GONE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
+_FENCED = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
+_RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNRELEASED_INSTANCE_ID,
+                    ErrorCode.REQUEST_TIMED_OUT})
+_JOINED = (State.ASSIGNED, State.STABLE)
+
+
+def new_member_id() -> str:
+    """A random UUID as Kafka prints one (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class ConsumerMembership:
+    protocol = COOPERATIVE          # partitions move one at a time: only what is revoked is given up
+    assignment_snapshot = None      # the coordinator watches the metadata, not the member
+    leader_id = ""                  # nobody leads: the coordinator assigns
+
+    def __init__(self, config: dict, now_ms: float, topic_name: Callable[[uuid.UUID], str | None]) -> None:
+        c = config
+        self.group_id: str = c["group.id"]
+        self.instance_id: str | None = c["group.instance.id"]
+        self.rebalance_timeout_ms: int = c["max.poll.interval.ms"]
+        self.request_timeout_ms: int = c["request.timeout.ms"]
+        self.retry_backoff_ms: int = c["retry.backoff.ms"]
+        self.server_assignor: str | None = c.get("group.remote.assignor") or None
+        self.rack_id: str | None = c.get("client.rack") or None
+        self.topic_name = topic_name
+        self.state = State.UNSUBSCRIBED
+        self.topics: frozenset[str] = frozenset()
+        self.topics_known = True
+        self.pattern: re.Pattern | None = None
+        self.member_id = new_member_id()
+        self.member_epoch = 0
+        self.heartbeat_interval_ms = 3000               # until the coordinator says otherwise
+        self.owned: set[TopicPartition] = set()
+        self.target: set[TopicPartition] | None = None  # an assignment not yet applied by the application
+        self.unresolved: dict[uuid.UUID, list[int]] = {}
+        self._latest: dict[uuid.UUID, list[int]] = {}   # the coordinator's last assignment, by topic id
+        self.coordinator: tuple[int, str, int] | None = None
+        self.coordinator_wanted = False
+        self.lost_pending = False
+        self.fatal: KafkaError | None = None
+        self.polling = 0
+        self.last_poll_ms = now_ms
+        self.in_flight: dict[str, Send] = {}
+        self._outbox: list[Send] = []
+        self._sent_subscription: tuple | None = None   # (names, regex) the coordinator has
+        self._subscription_in_flight: tuple | None = None
+        self._known_ids: dict[str, uuid.UUID] = {}      # topic name -> id, from assignments
+        self._epoch = 0                                 # of coordinator sessions: stale answers are dropped
+        self._find_at = 0.0
+        self._heartbeat_at = 0.0
+        self._refreshed = False
+
+    # ------------------------------------------------------------------------------------ application
+    @property
+    def subscribed(self) -> bool:
+        return self.state not in (State.UNSUBSCRIBED, State.CLOSED)
+
+    @property
+    def generation(self) -> int:
+        return self.member_epoch if self.state in _JOINED else -1
+
+    def subscribe(self, topics, now_ms: float) -> None:
+        self.topics = frozenset(topics)
+        if self.state is State.UNSUBSCRIBED:
+            self.state = State.UNJOINED
+            self.member_epoch = 0
+        self._heartbeat_at = 0.0                        # tell the coordinator at once
+
+    def set_pattern(self, pattern: re.Pattern | None) -> None:
+        self.pattern = pattern
+
+    def unsubscribe(self, now_ms: float) -> Send | None:
+        send = self._leave_request(LEAVE_EPOCH)
+        self._fenced(lost=False)
+        self.owned.clear()
+        self.lost_pending = False
+        self.state = State.UNSUBSCRIBED
+        self.topics = frozenset()
+        return send
+
+    def leave(self, now_ms: float) -> Send | None:
+        send = self._leave_request(STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH)
+        self.state = State.CLOSED
+        return send
+
+    def poll(self, now_ms: float) -> None:
+        self.last_poll_ms = now_ms
+
+    def request_rejoin(self, reason: str) -> None:
+        self._heartbeat_at = 0.0
+
+    def app_step(self) -> PrepareStep | AssignStep | None:
+        if self.lost_pending:
+            return PrepareStep(lost=set(self.owned))
+        if self.state is State.ASSIGNED and self.target is not None:
+            new = self.target
+            return AssignStep(sorted(new), new - self.owned, self.owned - new)
+        return None
+
+    def prepared_done(self, step: PrepareStep, now_ms: float) -> None:
+        self.owned -= step.revoked | step.lost
+        self.lost_pending = False
+
+    def applied(self, step: AssignStep, now_ms: float) -> None:
+        self.owned = set(step.assigned)
+        if self.target is not None and set(step.assigned) == self.target:
+            self.target = None
+        if self.state is State.ASSIGNED and self.target is None:
+            self.state = State.STABLE
+        self._heartbeat_at = 0.0                        # acknowledge at once: others may wait for these
+        log.info("group %s epoch %d: now owns %s", self.group_id, self.member_epoch, sorted(self.owned))
+
+    # ------------------------------------------------------------------------------------ timers
+    def _wants_coordinator(self) -> bool:
+        return (self.subscribed and self.state is not State.FATAL) or self.coordinator_wanted
+
+    def actions(self, now_ms: float) -> list[Send]:
+        out, self._outbox = self._outbox, []
+        if self.state in (State.FATAL, State.CLOSED):
+            return out
+        self._check_poll_interval(now_ms)
+        out += self._outbox
+        self._outbox = []
+        if self.coordinator is None:
+            if self._wants_coordinator() and "find" not in self.in_flight and now_ms >= self._find_at:
+                out.append(self._track(Send("find", FIND_COORDINATOR, fc.FindCoordinatorRequest(
+                    key=self.group_id, key_type=0, coordinator_keys=[self.group_id]))))
+            return out
+        if self.subscribed and self.topics_known and "heartbeat" not in self.in_flight \
+                and now_ms >= self._heartbeat_at and not (self.state is State.UNJOINED and self.lost_pending):
+            out.append(self._heartbeat_request(now_ms))
+        return out
+
+    def _check_poll_interval(self, now_ms: float) -> None:
+        if self.state not in _JOINED or self.polling or now_ms - self.last_poll_ms <= self.rebalance_timeout_ms:
+            return
+        log.warning("group %s: no poll for more than max.poll.interval.ms (%d ms): leaving the group",
+                    self.group_id, self.rebalance_timeout_ms)
+        send = self._leave_request(LEAVE_EPOCH)
+        if send is not None:
+            self._outbox.append(send)
+        self._fenced(lost=True)
+
+    def timeout_ms(self, now_ms: float) -> float | None:
+        if self.state in (State.FATAL, State.CLOSED):
+            return None
+        times = []
+        if self.coordinator is None:
+            if self._wants_coordinator() and "find" not in self.in_flight:
+                times.append(self._find_at)
+        elif self.subscribed and "heartbeat" not in self.in_flight:
+            times.append(self._heartbeat_at)
+        if self.state in _JOINED and not self.polling:
+            times.append(self.last_poll_ms + self.rebalance_timeout_ms + 1)
+        return max(0.0, min(times) - now_ms) if times else None
+
+    # ------------------------------------------------------------------------------------ requests
+    def _track(self, send: Send) -> Send:
+        send.epoch = self._epoch
+        self.in_flight[send.kind] = send
+        return send
+
+    def _subscription(self) -> tuple:
+        if self.pattern is not None:
+            return (None, self.pattern.pattern)
+        return (tuple(sorted(self.topics)), None)
+
+    def _heartbeat_request(self, now_ms: float) -> Send:
+        joining = self.member_epoch == 0
+        subscription = self._subscription()
+        full = joining or subscription != self._sent_subscription
+        names, regex = subscription
+        body = cgh.ConsumerGroupHeartbeatRequest(
+            group_id=self.group_id, member_id=self.member_id, member_epoch=self.member_epoch,
+            instance_id=self.instance_id, rack_id=self.rack_id if joining else None,
+            rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1,
+            subscribed_topic_names=(list(names) if names is not None else []) if full else None,
+            subscribed_topic_regex=(regex or "") if full and (regex is not None or not joining) else None,
+            server_assignor=self.server_assignor if joining else None,
+            topic_partitions=[] if joining else self._owned_ids())
+        if self.state is State.UNJOINED:
+            self.state = State.JOINING
+        self._heartbeat_at = now_ms + self.heartbeat_interval_ms
+        send = self._track(Send("heartbeat", CONSUMER_GROUP_HEARTBEAT, body, self.request_timeout_ms))
+        send.generation = self.member_epoch
+        self._subscription_in_flight = subscription if full else None
+        return send
+
+    def _owned_ids(self) -> list[cgh.TopicPartitions]:
+        """What the application owns, by topic id (every owned partition came in an assignment)."""
+        by_id: dict[uuid.UUID, list[int]] = {}
+        for tp in self.owned:
+            tid = self._known_ids.get(tp.topic)
+            if tid is not None:
+                by_id.setdefault(tid, []).append(tp.partition)
+        return [cgh.TopicPartitions(topic_id=t, partitions=sorted(ps))
+                for t, ps in sorted(by_id.items(), key=lambda kv: str(kv[0]))]
+
+    def _leave_request(self, epoch: int) -> Send | None:
+        if self.coordinator is None or self.member_epoch <= 0 \
+                or self.state in (State.UNSUBSCRIBED, State.CLOSED, State.FATAL):
+            return None
+        return Send("leave", CONSUMER_GROUP_HEARTBEAT, cgh.ConsumerGroupHeartbeatRequest(
+            group_id=self.group_id, member_id=self.member_id, member_epoch=epoch, instance_id=self.instance_id),
+            epoch=self._epoch)
+
+    # ------------------------------------------------------------------------------------ answers
+    def on_failure(self, send: Send, exc: BaseException, now_ms: float) -> None:
+        if self.in_flight.get(send.kind) is send:
+            del self.in_flight[send.kind]
+        if send.kind == "find":
+            self._find_at = now_ms + self.retry_backoff_ms
+        elif send.kind == "heartbeat" and send.epoch == self._epoch:
+            self.coordinator_lost(now_ms, f"heartbeat failed: {exc}")
+
+    def on_response(self, send: Send, response, now_ms: float) -> None:
+        if self.in_flight.get(send.kind) is send:
+            del self.in_flight[send.kind]
+        if send.kind == "find":
+            self._on_find(response, now_ms)
+        elif send.kind == "heartbeat" and send.epoch == self._epoch:
+            self._on_heartbeat(send, response, now_ms)
+
+    def _on_find(self, r, now_ms: float) -> None:
+        c = r.coordinators[0] if getattr(r, "coordinators", None) else r
+        if c.error_code == 0:
+            self.coordinator = (c.node_id, c.host, c.port)
+            self._epoch += 1
+            self._heartbeat_at = now_ms
+            log.info("group %s: coordinator is broker %d at %s:%d", self.group_id, c.node_id, c.host, c.port)
+            return
+        self._find_at = now_ms + self.retry_backoff_ms
+        if c.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+            self.fail(BrokerResponseError(c.error_code, f"FindCoordinator for group {self.group_id!r}"))
+
+    def _on_heartbeat(self, send: Send, r, now_ms: float) -> None:
+        code = r.error_code
+        if code != 0:
+            self._heartbeat_error(code, r.error_message, now_ms)
+            return
+        if self.state in (State.UNSUBSCRIBED, State.CLOSED, State.FATAL):
+            return
+        if self._subscription_in_flight is not None:
+            self._sent_subscription = self._subscription_in_flight
+        if r.heartbeat_interval_ms > 0:
+            self.heartbeat_interval_ms = r.heartbeat_interval_ms
+            self._heartbeat_at = min(self._heartbeat_at, now_ms + r.heartbeat_interval_ms)
+        if r.member_epoch != self.member_epoch:
+            log.info("group %s: member %s epoch %d -> %d", self.group_id, self.member_id, self.member_epoch,
+                     r.member_epoch)
+        self.member_epoch = r.member_epoch
+        if self.state is State.JOINING:
+            self.state = State.STABLE
+        if r.assignment is not None:
+            self._new_assignment({tp.topic_id: list(tp.partitions) for tp in r.assignment.topic_partitions})
+        elif self.unresolved:
+            self._new_assignment(self._latest)
+        self._refreshed = False
+
+    def _new_assignment(self, by_id: dict[uuid.UUID, list[int]]) -> None:
+        """The coordinator's latest assignment (by topic id) as the target the application applies next;
+        topics not in the metadata yet are left out until a metadata refresh resolves them."""
+        self._latest = by_id
+        target: set[TopicPartition] = set()
+        self.unresolved = {}
+        for tid, parts in by_id.items():
+            name = self.topic_name(tid)
+            if name is None:
+                self.unresolved[tid] = parts
+                continue
+            self._known_ids = {**self._known_ids, name: tid}
+            target |= {TopicPartition(name, p) for p in parts}
+        if self.unresolved:
+            log.info("group %s: topic ids %s not in the metadata yet", self.group_id, sorted(map(str, self.unresolved)))
+        if target != self.owned or self.target is not None:
+            self.target = target
+            self.state = State.ASSIGNED
+
+    def _heartbeat_error(self, code: int, message: str | None, now_ms: float) -> None:
+        what = f"ConsumerGroupHeartbeat: {for_code(code).name}: {message or ''}"
+        if code in _FENCED:
+            log.info("group %s: %s; the partitions are lost, joining again", self.group_id, what)
+            self._fenced(lost=True)
+        elif code in _COORDINATOR_GONE:
+            self.coordinator_lost(now_ms, what)
+        elif code in _RETRY:
+            log.info("group %s: %s; retrying", self.group_id, what)
+            self._heartbeat_at = now_ms + self.retry_backoff_ms
+            if self.state is State.JOINING:
+                self.state = State.UNJOINED
+        elif code == ErrorCode.FENCED_INSTANCE_ID:
+            self.fail(FencedInstanceIdError(f"group {self.group_id!r}: group.instance.id {self.instance_id!r} "
+                                             f"is in use by another consumer"))
+        else:
+            self.fail(BrokerResponseError(code, f"ConsumerGroupHeartbeat for group {self.group_id!r}: {message}"))
+
+    # ------------------------------------------------------------------------------------ state changes
+    def coordinator_lost(self, now_ms: float, reason: str) -> None:
+        if self.coordinator is not None:
+            log.info("group %s: coordinator %s unavailable: %s", self.group_id, self.coordinator, reason)
+        self.coordinator = None
+        self._epoch += 1
+        self._find_at = max(self._find_at, now_ms)
+        self.in_flight.pop("heartbeat", None)
+
+    def _fenced(self, lost: bool) -> None:
+        """Out of the group: join again with epoch 0 (the same member id); what is owned is lost."""
+        self.member_epoch = 0
+        self.target = None
+        self.unresolved = {}
+        self._latest = {}
+        self._sent_subscription = None
+        self._epoch += 1
+        self.in_flight.pop("heartbeat", None)
+        self._heartbeat_at = 0.0
+        if lost and self.owned:
+            self.lost_pending = True
+        if self.state not in (State.UNSUBSCRIBED, State.CLOSED, State.FATAL):
+            self.state = State.UNJOINED
+
+    def fail(self, error: KafkaError) -> None:
+        log.error("group %s: %s", self.group_id, error)
+        self.fatal = error
+        self.state = State.FATAL
+
+    def metadata_changed(self, partition_counts: dict[str, int]) -> None:
+        """The coordinator watches the metadata of the subscribed topics."""
+
+    def partition_counts_needed(self) -> set[str] | None:
+        """Topic ids of an assignment not in the metadata: ask the runtime for a metadata refresh."""
+        return set() if self.unresolved and not self._refreshed else None
+
+    def assign(self, partition_counts: dict[str, int], now_ms: float) -> None:
+        """After the runtime refreshed the metadata: resolve the assignment's topic ids again."""
+        self._refreshed = True        # once per heartbeat: the next answer may bring it back
+        if self.unresolved and self.state not in (State.FATAL, State.CLOSED):
+            self._new_assignment(self._latest)
+
+    # ------------------------------------------------------------------------------------ offsets
+    def commit_generation(self) -> tuple[int, str]:
+        if self.state in (State.UNSUBSCRIBED, State.CLOSED):
+            return -1, ""
+        if self.state is State.FATAL:
+            assert self.fatal is not None
+            raise self.fatal
+        if self.state in _JOINED:
+            return self.member_epoch, self.member_id
+        if self.state is State.JOINING or self.member_epoch > 0:
+            raise RebalanceInProgressError(f"group {self.group_id!r} is rebalancing: commit after the next poll")
+        raise CommitFailedError(f"this consumer is not a member of group {self.group_id!r} now")
+
+    def commit_error(self, code: int, now_ms: float) -> KafkaError | None:
+        if code in _COORDINATOR_GONE or code == ErrorCode.REQUEST_TIMED_OUT:
+            self.coordinator_lost(now_ms, f"OffsetCommit: {for_code(code).name}")
+            return None
+        if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    ErrorCode.STALE_MEMBER_EPOCH):
+            return None
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            return CommitFailedError(f"commit failed: {for_code(code).name}: this member left or was removed from "
+                                     f"the group and the partitions may belong to another member", code)
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            self.fail(FencedInstanceIdError(f"group {self.group_id!r}: group.instance.id {self.instance_id!r} "
+                                             f"is in use by another consumer"))
+            return self.fatal
+        return BrokerResponseError(code, f"OffsetCommit for group {self.group_id!r}")
+
+    def fetch_error(self, code: int, now_ms: float) -> KafkaError | None:
+        if code in _COORDINATOR_GONE:
+            self.coordinator_lost(now_ms, f"OffsetFetch: {for_code(code).name}")
+            return None
+        if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                    ErrorCode.STALE_MEMBER_EPOCH):
+            return None
+        return BrokerResponseError(code, f"OffsetFetch for group {self.group_id!r}")
