@@ -36,15 +36,17 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from typing import Callable, Iterable, NoReturn
+from typing import Callable, Collection, Iterable, Mapping, NoReturn
 
 from odradek.cluster.producer_ids import PRODUCER_ID_BLOCK_PATH, ProducerIdManager
 from odradek.cluster.store import CheckVersion, Create, Delete, MetadataStore, NodeExistsError, NoNodeError, Op, \
     SetData
-from odradek.cluster.topics import DELETE_TOPICS_PATH, TOPIC_CONFIGS_PATH, TOPICS_PATH, PartitionState, \
-    TopicImage, TopicInfo, assign_replicas, config_node, config_path, delete_marker_path, initial_state, \
-    partition_path, partitions_path, state_node, state_path, topic_from_nodes, topic_node, topic_path, \
-    unify_collision_chars, validate_topic_name
+from odradek.cluster.topics import (
+    DELETE_TOPICS_PATH, TOPIC_CONFIGS_PATH, TOPICS_PATH, PartitionState, TopicImage, TopicInfo, assign_replicas,
+    assign_replicas_rack_aware, config_node, config_path, delete_marker_path, initial_state, partition_path,
+    partitions_path, state_node, state_path, topic_from_nodes, topic_node, topic_path, unify_collision_chars,
+    validate_topic_name,
+)
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 
 log = logging.getLogger("odradek.controller")
@@ -75,7 +77,7 @@ def requested_partitions(num_partitions: int, assignments: int, default_partitio
     return max(num_partitions, 0)
 
 
-def check_manual_assignment(live: set[int], replicas: list[int], replication_factor: int | None) -> None:
+def check_manual_assignment(live: Collection[int], replicas: list[int], replication_factor: int | None) -> None:
     """ReplicationControlManager.validateManualPartitionAssignment."""
     if not replicas:
         _fail(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list.")
@@ -94,18 +96,24 @@ def check_manual_assignment(live: set[int], replicas: list[int], replication_fac
               f"this is not consistent with previous partitions, which have {replication_factor} replica(s).")
 
 
-def place_replicas(live: set[int], partitions: int, replication_factor: int,
+def place_replicas(live: Collection[int], partitions: int, replication_factor: int,
                    first_partition: int = 0) -> dict[int, list[int]]:
+    """`live`: the live broker ids, or a mapping of them to their racks (`broker.rack`): when every
+    live broker has a rack the placement is rack-aware (Kafka refuses a mix; here brokers without a
+    rack make the placement rack-unaware)."""
     brokers = sorted(live)
     if replication_factor > len(brokers):
         _fail(ErrorCode.INVALID_REPLICATION_FACTOR,
               f"Unable to replicate the partition {replication_factor} time(s): The target replication "
               f"factor of {replication_factor} cannot be reached because only {len(brokers)} broker(s) "
               f"are registered.")
+    if isinstance(live, Mapping) and brokers and all(live[b] for b in brokers):
+        return assign_replicas_rack_aware({b: live[b] for b in brokers}, partitions, replication_factor,
+                                          first_partition=first_partition)
     return assign_replicas(brokers, partitions, replication_factor, first_partition=first_partition)
 
 
-def manual_assignment(live: set[int], assignments: list[tuple[int, list[int]]]) -> dict[int, list[int]]:
+def manual_assignment(live: Collection[int], assignments: list[tuple[int, list[int]]]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     replication_factor = None
     for index, replicas in assignments:
@@ -200,7 +208,7 @@ class Controller:
 
     def plan_topic(self, name: str, num_partitions: int, replication_factor: int,
                    assignments: list[tuple[int, list[int]]] | None, configs: dict[str, str],
-                   live: set[int], defaults: tuple[int, int]) -> TopicInfo:
+                   live: Collection[int], defaults: tuple[int, int]) -> TopicInfo:
         """A new topic, validated and placed, its name reserved until `publish` or `release`.
         -1 partitions or replication factor means the default; raises KafkaApiError."""
         self.check_new_name(name)
@@ -256,7 +264,7 @@ class Controller:
 
     # ------------------------------------------------------------------------------------------ partitions
     def plan_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
-                        live: set[int]) -> TopicInfo:
+                        live: Collection[int]) -> TopicInfo:
         """The topic with `count` partitions (CreatePartitions; ReplicationControlManager's checks)."""
         info = self.image.get(name)
         if info is None:

@@ -119,6 +119,44 @@ def assign_replicas(brokers: list[int], partitions: int, replication_factor: int
     return out
 
 
+def assign_replicas_rack_aware(racks: dict[int, str], partitions: int, replication_factor: int,
+                               start: int = 0, first_partition: int = 0) -> dict[int, list[int]]:
+    """Kafka's rack-aware placement (AdminUtils.assignReplicasToBrokersRackAware): brokers listed
+    alternating racks (the first of each rack, then the second of each, ...), the leader of each
+    partition round-robin over that list, each further replica the next broker in a rack that has no
+    replica of the partition yet (any rack once all have one), shifted once per full round so
+    followers spread too."""
+    by_rack: dict[str, list[int]] = {}
+    for b in sorted(racks):
+        by_rack.setdefault(racks[b], []).append(b)
+    arranged: list[int] = []
+    ordered = [by_rack[r] for r in sorted(by_rack)]
+    for i in range(max(len(bs) for bs in ordered)):
+        arranged.extend(bs[i] for bs in ordered if i < len(bs))
+    n, num_racks = len(arranged), len(by_rack)
+    out: dict[int, list[int]] = {}
+    shift = 0
+    for p in range(first_partition, first_partition + partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start) % n
+        leader = arranged[first]
+        replicas, used_racks, used = [leader], {racks[leader]}, {leader}
+        k = 0
+        for _ in range(replication_factor - 1):
+            while True:
+                broker = arranged[(first + 1 + (shift * num_racks + k) % (n - 1)) % n] if n > 1 else leader
+                k += 1
+                if (racks[broker] not in used_racks or len(used_racks) == num_racks) and \
+                        (broker not in used or len(used) == n):
+                    replicas.append(broker)
+                    used_racks.add(racks[broker])
+                    used.add(broker)
+                    break
+        out[p] = replicas
+    return out
+
+
 def initial_state(replicas: list[int]) -> PartitionState:
     return PartitionState(leader=replicas[0], leader_epoch=0, isr=list(replicas), replicas=list(replicas))
 

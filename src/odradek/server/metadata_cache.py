@@ -96,6 +96,10 @@ class MetadataImage:
     def live_broker_ids(self) -> frozenset[int]:
         return frozenset(self.brokers)
 
+    def live_broker_racks(self) -> dict[int, str | None]:
+        """Each live broker's `broker.rack` (None without one): what rack-aware placement reads."""
+        return {b: r.rack for b, r in self.brokers.items()}
+
     def alive_endpoints(self, listener_name: str | None) -> list[tuple[BrokerRegistration, BrokerEndpoint]]:
         """Each live broker's endpoint on `listener_name` (every endpoint when None), by broker id."""
         out = []

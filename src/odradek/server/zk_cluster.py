@@ -121,11 +121,21 @@ class ZkCluster(EmbeddedController):
         """Register (after the listeners are bound), watch, and stand for controller."""
         self._loop = asyncio.get_running_loop()
         self._registration = broker_node(endpoints, rack, self.clock())
-        try:
-            await self.run_store(register_broker, self.store, self.broker_id, self._registration)
-        except NodeExistsError:
-            raise StoreError(f"broker id {self.broker_id} is registered by another live broker "
-                             f"({BROKER_IDS_PATH}/{self.broker_id} exists)") from None
+        # A broker restarted right after a crash finds its previous registration until that session
+        # expires: it waits for it (up to twice the session timeout), then refuses to start.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * self.config.get("zookeeper.session.timeout.ms") / 1000
+        while True:
+            try:
+                await self.run_store(register_broker, self.store, self.broker_id, self._registration)
+                break
+            except NodeExistsError:
+                if loop.time() > deadline:
+                    raise StoreError(f"broker id {self.broker_id} is registered by another live broker "
+                                     f"({BROKER_IDS_PATH}/{self.broker_id} exists)") from None
+                log.info("broker id %d is still registered (a previous session of it, until it expires); "
+                         "waiting", self.broker_id)
+                await asyncio.sleep(0.5)
         log.info("registered broker %d at %s", self.broker_id, ", ".join(
             f"{e.listener}://{e.host}:{e.port}" for e in endpoints))
         self.store.add_session_listener(self._session_changed)

@@ -54,3 +54,18 @@ def test_one_batch_for_a_failed_broker():
     out = elect_for_failed_brokers(states, live={2, 3}, unclean_allowed_for={"b": True})
     assert [(e.topic, e.partition, e.after.leader, e.after.leader_epoch, e.unclean) for e in out] == [
         ("a", 0, 2, 1, False), ("b", 0, NO_LEADER, 8, False)]
+
+
+def test_rack_aware_placement_puts_each_partitions_replicas_on_distinct_racks():
+    from collections import Counter
+    from odradek.cluster.controller import place_replicas
+    racks = {0: "a", 1: "b", 2: "c", 3: "a", 4: "b", 5: "c"}
+    placed = place_replicas(racks, 12, 3)
+    assert all(len({racks[b] for b in replicas}) == 3 for replicas in placed.values())
+    assert Counter(r[0] for r in placed.values()) == {b: 2 for b in racks}         # leaders even
+    assert Counter(b for r in placed.values() for b in r) == {b: 6 for b in racks}  # replicas even
+    # fewer racks than replicas: every rack is used before one is used twice
+    uneven = {0: "a", 1: "a", 2: "a", 3: "b"}
+    assert all("b" in {uneven[b] for b in r} for r in place_replicas(uneven, 8, 2).values())
+    # a broker without a rack: the rack-unaware placement
+    assert place_replicas({0: "a", 1: None, 2: "b"}, 3, 2) == place_replicas({0, 1, 2}, 3, 2)

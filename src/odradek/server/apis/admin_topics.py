@@ -73,7 +73,7 @@ def _plan_one(ctx: RequestContext, topic: ct.CreatableTopic) -> tuple[TopicInfo,
         _fail(ErrorCode.INVALID_CONFIG, str(e))
     assignments = [(a.partition_index, list(a.broker_ids)) for a in topic.assignments] or None
     info = controller.plan_topic(topic.name, topic.num_partitions, topic.replication_factor, assignments,
-                                 configs, set(ctx.metadata.image.live_broker_ids()), ctx.controller.topic_defaults())
+                                 configs, ctx.metadata.image.live_broker_racks(), ctx.controller.topic_defaults())
     return info, effective
 
 
@@ -258,7 +258,7 @@ async def _add_partitions(ctx: RequestContext, topics: list[cp.CreatePartitionsT
     counts = Counter(t.name for t in topics)
     results: dict[str, cp.CreatePartitionsTopicResult] = {}
     channel = ctx.controller
-    live = set(ctx.metadata.image.live_broker_ids())
+    live = ctx.metadata.image.live_broker_racks()
     async with channel.lock:
         await channel.retry_pending_deletions()
         plans: list[tuple[TopicInfo, TopicInfo]] = []

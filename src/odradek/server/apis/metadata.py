@@ -137,7 +137,7 @@ async def auto_create_topics(ctx: RequestContext, names: list[str]) -> dict[str,
     channel = ctx.controller
     controller = channel.controller
     config = ctx.config
-    live = set(ctx.metadata.image.live_broker_ids())
+    live = ctx.metadata.image.live_broker_racks()
     async with channel.lock:
         await channel.retry_pending_deletions()
         budget = MAX_PARTITIONS_PER_REQUEST
