@@ -347,3 +347,41 @@ def test_read_committed_across_poll_sizes(broker, admin):
         got = _run(_read_committed(broker.bootstrap, topic, 2, poll=poll))
         for p in range(2):
             assert [(r.offset, r.value) for r in got[p]] == expected[p], f"poll size {poll}, partition {p}"
+
+
+def test_prepared_transaction_ended_by_another_client(broker, admin):
+    """KIP-939's first phase: prepare_transaction flushes and leaves the transaction open; the admin
+    client, given its id, producer id and epoch, commits it after the producer is gone (a repeat of
+    the commit succeeds); DescribeTransactions shows it Ongoing, then CompleteCommit. Another is aborted
+    that way, and one fenced by a newer producer of its id can no longer be committed."""
+    from odradek.client import Admin
+    topic = _topic(admin, "ctxn-prepared")
+
+    async def scenario() -> None:
+        base = {"bootstrap.servers": broker.bootstrap, "linger.ms": 1}
+        prepared = {}
+        for tid in ("prep-commit", "prep-abort", "prep-fenced"):
+            async with Producer({**base, "transactional.id": tid}) as p:
+                await p.init_transactions()
+                p.begin_transaction()
+                for i in range(3):
+                    await p.send(topic, b"%s-%d" % (tid.encode(), i))
+                prepared[tid] = await p.prepare_transaction()
+                assert p.transaction_state is TxnState.PREPARED
+        async with Producer({**base, "transactional.id": "prep-fenced"}) as newer:
+            await newer.init_transactions()
+        async with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+            described = await a.describe_transactions(["prep-commit", "prep-fenced"])
+            assert described["prep-commit"].state == "Ongoing"
+            assert described["prep-commit"].producer_id == prepared["prep-commit"].producer_id
+            assert described["prep-commit"].partitions == (TopicPartition(topic, 0),)
+            assert described["prep-fenced"].producer_epoch > prepared["prep-fenced"].producer_epoch
+            await a.end_transaction(prepared["prep-commit"], commit=True)
+            await a.end_transaction(prepared["prep-commit"], commit=True)     # a retry succeeds
+            await a.end_transaction(prepared["prep-abort"], commit=False)
+            with pytest.raises(ProducerFencedError):
+                await a.end_transaction(prepared["prep-fenced"], commit=True)
+            assert (await a.describe_transactions(["prep-commit"]))["prep-commit"].state == "CompleteCommit"
+    _run(scenario())
+    assert read_values(broker.bootstrap, topic, 1, "read_committed") == [b"prep-commit-%d" % i for i in range(3)]
+    assert len(read_values(broker.bootstrap, topic, 1, "read_uncommitted")) == 9

@@ -136,3 +136,52 @@ def test_batch_write_exactly_once(spark, odradek_broker):
     assert end_offsets(bs, target, 3, "read_committed") == end_offsets(bs, target, 3, "read_uncommitted")
     assert sorted(read_values(bs, target, 3, "read_committed")) == sorted(got)
     assert len(read_values(bs, target, 3, "read_uncommitted")) > len(got), "no task of the failed write wrote"
+
+
+def _prepared_tasks(bs: str, prefix: str, topic: str, batch: int, tasks: int) -> list:
+    """Each task's transaction, written and prepared by our producer as the sink's tasks do."""
+    import asyncio
+
+    from odradek.client import Producer
+    from odradek.spark.exactly_once import TaskTxn, task_transactional_id
+
+    async def prepare(p: int):
+        tid = task_transactional_id(prefix, p)
+        async with Producer({"bootstrap.servers": bs, "transactional.id": tid}) as producer:
+            await producer.init_transactions()
+            producer.begin_transaction()
+            for i in range(10):
+                await producer.send(topic, b"b%d-t%d-%d" % (batch, p, i), partition=p % 2)
+            prepared = await producer.prepare_transaction()
+        return TaskTxn(p, tid, prepared.producer_id, prepared.producer_epoch)
+
+    async def all_tasks():
+        return await asyncio.gather(*(prepare(p) for p in range(tasks)))
+    return asyncio.run(all_tasks())
+
+
+def test_driver_commit_decides_rolls_forward_and_refuses_lost_transactions(odradek_broker):
+    """The driver's side without Spark: a batch is decided (marker) and committed; the same batch id
+    again (a replay) rolls the recorded transactions forward and aborts the new ones; a batch with a
+    transaction fenced after its prepare fails before its marker, aborting the others."""
+    from odradek.spark.exactly_once import TransactionLostError, commit_batch, latest_marker
+    from odradek.spark.kafka import TxnAdmin
+    bs = odradek_broker.bootstrap
+    topic, prefix = unique("eos-driver"), unique("eos-driver-query")
+    create_topic(bs, topic, 2)
+    with TxnAdmin({"bootstrap.servers": bs}) as admin:
+        first = _prepared_tasks(bs, prefix, topic, 0, 3)
+        commit_batch(admin, prefix, 0, first, (topic, 0))
+        assert latest_marker(prefix, admin.committed(prefix)).txns == first
+        replayed = _prepared_tasks(bs, prefix + "-replay", topic, 0, 2)   # written again by a replay
+        commit_batch(admin, prefix, 0, replayed, (topic, 0))
+        assert sorted(read_values(bs, topic, 2, "read_committed")) == sorted(
+            b"b0-t%d-%d" % (p, i) for p in range(3) for i in range(10))
+
+        second = _prepared_tasks(bs, prefix, topic, 1, 3)
+        _prepared_tasks(bs, prefix, topic, 99, 1)      # task 0's id taken again: its transaction is fenced
+        with pytest.raises(TransactionLostError):
+            commit_batch(admin, prefix, 1, second, (topic, 1))
+        assert latest_marker(prefix, admin.committed(prefix)).batch_id == 0
+        states = admin.describe([t.transactional_id for t in second[1:]])
+        assert {s for s, _, _ in states.values()} == {"CompleteAbort"}

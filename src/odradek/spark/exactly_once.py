@@ -15,7 +15,9 @@ Driver, streaming `commit(messages, batch_id)`:
    decided batch id and whose metadata lists that batch's transactions. If it names this batch (a
    replay after a driver crash), commit its transactions again (a retried EndTxn of a committed
    transaction succeeds), abort whatever this run's tasks prepared, and stop;
-2. otherwise commit the marker (batch id, and every task's id, producer id and epoch) - the decision;
+2. otherwise check that every prepared transaction is still open at its producer id and epoch
+   (DescribeTransactions; if one is not, abort them all and fail: nothing was decided), then commit the
+   marker (batch id, and every task's id, producer id and epoch) - the decision;
 3. end every task's transaction with EndTxn(commit), by id, producer id and epoch: Kafka's EndTxn names
    a transaction by those alone, so the driver can end transactions its tasks' producers began.
 `abort(messages, batch_id)` aborts the prepared transactions and fences the ids of failed tasks.
@@ -29,8 +31,9 @@ batch exactly once, provided that (a) the query comes back and replays within tr
 of the tasks' prepare (this sink's default is 15 minutes, the broker's default maximum): otherwise the
 coordinator has aborted the prepared transactions on its own, which the roll-forward detects and
 reports as data loss (`DataLossError`), never silently; and (b) no two attempts of a task run at once
-(spark.speculation off, Spark's default), since the later attempt's id would fence a prepared sibling,
-whose rows the roll-forward then reports as lost. A read_uncommitted reader
+(spark.speculation off, Spark's default), since the later attempt's id would fence a prepared sibling:
+the check of step 2 then fails the batch before anything is decided, unless the fencing falls between
+that check and the sibling's EndTxn, whose loss is then reported. A read_uncommitted reader
 also sees the rows of aborted attempts, as with any Kafka transaction. Kafka has no transaction spanning
 producers, so the tasks' transactions become visible one after another within step 3, not at one
 instant; readers never see a row twice or a row of an undecided batch.
@@ -151,6 +154,25 @@ def commit_all(admin, txns: list[TaskTxn]) -> None:
                             f"transaction.timeout.ms, or is spark.speculation on?")
 
 
+class TransactionLostError(RuntimeError):
+    """A task's prepared transaction is no longer open at its epoch (aborted on its timeout, or fenced
+    by another attempt of the task) before the batch was decided: the batch is not committed; the
+    query fails and, restarted, writes the batch again."""
+
+
+def check_open(admin, txns: list[TaskTxn]) -> None:
+    """Before deciding: every prepared transaction is still open (Ongoing) at its producer id and epoch,
+    so the decision cannot name a transaction that can no longer commit."""
+    states = admin.describe([t.transactional_id for t in txns])
+    for t in txns:
+        state, pid, epoch = states[t.transactional_id]
+        if (state, pid, epoch) != ("Ongoing", t.producer_id, t.producer_epoch):
+            abort_all(admin, txns)
+            raise TransactionLostError(
+                f"the transaction of task {t.partition} ({t.transactional_id}, producer {t.producer_id} epoch "
+                f"{t.producer_epoch}) is {state} at producer {pid} epoch {epoch}: the batch was not committed")
+
+
 def abort_all(admin, txns: list[TaskTxn]) -> None:
     for t, e in zip(txns, admin.end(_prepared(txns), commit=False)):
         if e is not None:
@@ -173,6 +195,7 @@ def commit_batch(admin, prefix: str, batch_id: int, txns: list[TaskTxn], marker_
         return
     if not txns:
         return
+    check_open(admin, txns)
     admin.commit_marker(prefix, marker_tp, batch_id, encode_marker(txns))
     commit_all(admin, txns)
 

@@ -31,7 +31,6 @@ import pyarrow as pa
 
 from odradek.client import (
     Consumer, KafkaError, OffsetOutOfRangeError, PreparedTransaction, Producer, TopicPartition,
-    end_prepared_transaction,
 )
 from odradek.client import admin as client_admin
 from odradek.client.admin_types import OffsetAndMetadata
@@ -367,13 +366,12 @@ class TxnSink(Sink):
 class TxnAdmin:
     """The exactly-once sink's driver side: the query's marker (the last batch id whose transactions
     were decided, committed to a consumer group named after the query) and the tasks' prepared
-    transactions, ended with EndTxn by id, producer id and epoch (`end_prepared_transaction`)."""
+    transactions, ended with EndTxn by id, producer id and epoch (the client Admin's `end_transaction`)."""
 
     def __init__(self, config: dict) -> None:
         self._lp = _Loop()
         known = {d.name for d in client_admin.ADMIN}
         self.admin = client_admin.Admin({k: v for k, v in config.items() if k in known})
-        self.config = {k: v for k, v in config.items() if k in known}
         self._producer_config = dict(config)
         try:
             self._lp.run(self.admin.start())
@@ -398,19 +396,21 @@ class TxnAdmin:
         found = self._lp.run(self.admin.list_consumer_group_offsets(group))
         return {(tp.topic, tp.partition): (o.offset, o.metadata) for tp, o in found.items() if o is not None}
 
+    def describe(self, transactional_ids: list[str]) -> dict[str, tuple[str, int, int]]:
+        """{id: (state, producer id, epoch)} from the ids' coordinators (DescribeTransactions)."""
+        found = self._lp.run(self.admin.describe_transactions(transactional_ids))
+        return {t: (d.state, d.producer_id, d.producer_epoch) for t, d in found.items()}
+
     def commit_marker(self, group: str, tp: TP, batch_id: int, metadata: str) -> None:
         self._lp.run(self.admin.alter_consumer_group_offsets(
             group, {TopicPartition(*tp): OffsetAndMetadata(batch_id, metadata)}))
 
     def end(self, prepared: list[PreparedTransaction], commit: bool) -> list[BaseException | None]:
         """End each transaction (concurrently); the error of each, None where it ended as asked."""
-        cluster = self.admin.cluster
-        config = self.admin.config
-
         async def end_all():
-            return await asyncio.gather(*(end_prepared_transaction(cluster, config, t, commit) for t in prepared),
+            return await asyncio.gather(*(self.admin.end_transaction(t, commit) for t in prepared),
                                         return_exceptions=True)
-        return list(self._lp.run(asyncio.wait_for(end_all(), config["default.api.timeout.ms"] / 1000)))
+        return list(self._lp.run(end_all()))
 
     def fence(self, transactional_ids: list[str]) -> None:
         """Take each transactional id once (InitProducerId): the coordinator aborts its open transaction."""

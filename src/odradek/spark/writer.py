@@ -201,6 +201,7 @@ class _ExactlyOnce:
             return
         with TxnAdmin(self.opts.client) as admin:
             if batch_id is None:
+                eo.check_open(admin, txns)
                 eo.commit_all(admin, txns)
                 return
             topics = sorted({t for r in results for t in r.topics})
