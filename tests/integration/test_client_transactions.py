@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from odradek.client import (
-    Consumer, ConsumerGroupMetadata, InvalidProducerEpochError, Producer, ProducerFencedError, TopicPartition,
+    Consumer, ConsumerGroupMetadata, InvalidProducerEpochError, KafkaTimeoutError, Producer, ProducerFencedError, TopicPartition,
     TransactionAbortedError, TxnState,
 )
 from odradek.client import sync
@@ -154,10 +154,20 @@ def test_send_outside_a_transaction_and_bad_calls(broker, admin):
             with pytest.raises(IllegalStateError):
                 p.begin_transaction()
             await p.commit_transaction()       # nothing in it: no EndTxn
+            # A call that times out goes on; calling it again waits for the same result (Java's way).
+            p.begin_transaction()
+            await p.send(topic, b"slow-commit")
+            with pytest.raises(KafkaTimeoutError):
+                await p.commit_transaction(timeout=0)
+            with pytest.raises(IllegalStateError, match="in progress"):
+                await p.abort_transaction()
+            await p.commit_transaction()
+            assert p.transaction_state is TxnState.READY
         async with Producer({"bootstrap.servers": broker.bootstrap}) as plain:
             with pytest.raises(IllegalStateError):
                 await plain.init_transactions()
     _run(scenario())
+    assert read_values(broker.bootstrap, topic, 1, "read_committed") == [b"slow-commit"]
 
 
 def test_transaction_timed_out_by_the_coordinator_is_abortable_then_fenced(broker, admin):

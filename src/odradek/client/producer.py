@@ -139,6 +139,8 @@ class Producer(TransactionalProducer):
         self._keyless.clear()
         if self._sender is None:
             return
+        if self._txn is not None:
+            await self._txn.cancel()   # a call that timed out and still retries; an open transaction stays
         self.acc.closing = True
         self._wakeup.set()
         try:

@@ -315,6 +315,16 @@ class TransactionManager:
                     task.exception()
         return result
 
+    async def cancel(self) -> None:
+        """Stop an operation still running (the producer is closing)."""
+        if self._op is not None and not self._op[1].done():
+            self._op[1].cancel()
+            try:
+                await self._op[1]
+            except BaseException:   # cancelled, or its own error: the producer is closing anyway
+                pass
+        self._op = None
+
     # ------------------------------------------------------------------------------------ requests
     async def init_producer_id(self, *, bump: bool = False) -> None:
         """InitProducerId for the transactional id; with `bump` (KIP-360) the current producer id and
