@@ -170,6 +170,11 @@ class TransactionalProducer:
                 await asyncio.wait(pending)
             finally:
                 self.acc.flushing -= 1
+        if txn.pending and txn.sending_allowed:
+            try:      # partitions written to whose records never reached a batch: still in the transaction
+                await txn.add_pending_partitions()
+            except KafkaError as e:
+                txn.fail(e)
         if txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
             raise txn.error_for_state("commit")
 

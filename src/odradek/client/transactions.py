@@ -225,6 +225,7 @@ class TransactionManager:
         self.last_error: BaseException | None = None
         self.epoch_changed: Callable[[], None] = lambda: None   # the producer resets its sequences
         self._op: tuple[str, asyncio.Task] | None = None
+        self._adding = asyncio.Lock()
 
     # ------------------------------------------------------------------------------------ states
     def transition(self, target: TxnState, error: BaseException | None = None) -> None:
@@ -341,7 +342,12 @@ class TransactionManager:
                  self.producer_epoch)
 
     async def add_pending_partitions(self) -> None:
-        """AddPartitionsToTxn for the partitions written to since the last call (the sender's step)."""
+        """AddPartitionsToTxn for the partitions written to since the last call (the sender's step, and
+        the commit's for partitions whose records all failed before they were queued); one at a time."""
+        async with self._adding:
+            await self._add_pending_partitions()
+
+    async def _add_pending_partitions(self) -> None:
         tps = sorted(self.pending - self.added)
         if not tps:
             self.pending.clear()
