@@ -22,6 +22,7 @@ from odradek.client import (
     TransactionAbortedError, TxnState,
 )
 from odradek.client import sync
+from odradek.protocol.error_codes import ErrorCode
 from odradek.client.errors import IllegalStateError
 
 from .clients import wait_until
@@ -395,3 +396,49 @@ def test_prepared_transaction_ended_by_another_client(broker, admin):
     _run(scenario())
     assert read_values(broker.bootstrap, topic, 1, "read_committed") == [b"prep-commit-%d" % i for i in range(3)]
     assert len(read_values(broker.bootstrap, topic, 1, "read_uncommitted")) == 9
+
+
+def test_offsets_of_a_group_member_and_a_stale_generation(broker, admin):
+    """KIP-447: a subscribed consumer's group_metadata() carries its generation and member id; offsets
+    sent with it commit with the transaction, and offsets sent with a generation the group has left
+    behind are refused (ILLEGAL_GENERATION): an abortable error, after which the producer aborts and
+    goes on."""
+    from dataclasses import replace
+
+    from odradek.client import TransactionAbortableError
+    source = _topic(admin, "ctxn-member-in")
+    target = _topic(admin, "ctxn-member-out")
+    group = "ctxn-member-group"
+
+    async def scenario() -> None:
+        async with Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "ours-member"}) as p, \
+                Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                          "isolation.level": "read_committed", "auto.offset.reset": "earliest"}) as c:
+            await p.init_transactions()
+            c.subscribe([source])
+            deadline = asyncio.get_running_loop().time() + 30
+            while not c.assignment():
+                assert asyncio.get_running_loop().time() < deadline, "no assignment in 30 s"
+                await c.getmany(timeout_ms=200)
+            meta = c.group_metadata()
+            assert meta.group_id == group and meta.generation_id >= 1 and meta.member_id
+            p.begin_transaction()
+            await p.send(target, b"with-offsets")
+            await p.send_offsets_to_transaction({(source, 0): 3}, meta)
+            await p.commit_transaction()
+            assert await c.committed([(source, 0)]) == {TopicPartition(source, 0): 3}
+            p.begin_transaction()
+            await p.send(target, b"stale")
+            with pytest.raises(TransactionAbortableError) as raised:
+                await p.send_offsets_to_transaction({(source, 0): 4}, replace(meta, generation_id=meta.generation_id + 7))
+            assert raised.value.code == ErrorCode.ILLEGAL_GENERATION
+            assert raised.value.abortable and p.transaction_state is TxnState.ABORTABLE_ERROR
+            with pytest.raises(TransactionAbortableError):
+                await p.commit_transaction()
+            await p.abort_transaction()
+            assert await c.committed([(source, 0)]) == {TopicPartition(source, 0): 3}
+            p.begin_transaction()
+            await p.send(target, b"after-abort")
+            await p.commit_transaction()
+    _run(scenario())
+    assert read_values(broker.bootstrap, target, 1, "read_committed") == [b"with-offsets", b"after-abort"]
