@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from odradek.client import (
-    Consumer, ConsumerGroupMetadata, InvalidProducerEpochError, KafkaTimeoutError, Producer, ProducerFencedError, TopicPartition,
+    Consumer, ConsumerGroupMetadata, InvalidProducerEpochError, KafkaError, KafkaTimeoutError, Producer, ProducerFencedError, TopicPartition,
     TransactionAbortedError, TxnState,
 )
 from odradek.client import sync
@@ -442,3 +442,40 @@ def test_offsets_of_a_group_member_and_a_stale_generation(broker, admin):
             await p.commit_transaction()
     _run(scenario())
     assert read_values(broker.bootstrap, target, 1, "read_committed") == [b"with-offsets", b"after-abort"]
+
+
+def test_failed_batch_makes_the_transaction_abortable_and_the_abort_bumps_the_epoch(broker, admin):
+    """A numbered batch refused for good (MESSAGE_TOO_LARGE for the topic's max.message.bytes) leaves the
+    broker's sequence for the partition unknown to us: the transaction becomes abortable, and the abort
+    bumps the epoch with InitProducerId naming the current producer id and epoch (KIP-360), after which
+    the next transaction's sequences start over and commit."""
+    from confluent_kafka.admin import NewTopic
+
+    from odradek.client import TransactionAbortableError
+    topic = "ctxn-too-large"
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})])[topic].result(30)
+
+    async def scenario() -> None:
+        async with Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "ours-bump",
+                             "linger.ms": 1}) as p:
+            await p.init_transactions()
+            p.begin_transaction()
+            await (await p.send(topic, b"small-1"))
+            await p.commit_transaction()
+            pid, epoch = p.producer_id, p.producer_epoch
+            p.begin_transaction()
+            await (await p.send(topic, b"small-2"))
+            big = await p.send(topic, b"x" * 5000)
+            with pytest.raises(KafkaError):
+                await big
+            assert p.transaction_state is TxnState.ABORTABLE_ERROR
+            with pytest.raises(TransactionAbortableError):
+                await p.commit_transaction()
+            await p.abort_transaction()
+            assert (p.producer_id, p.producer_epoch) == (pid, epoch + 1)
+            for i in range(3):
+                p.begin_transaction()
+                await p.send(topic, b"after-%d" % i)
+                await p.commit_transaction()
+    _run(scenario())
+    assert read_values(broker.bootstrap, topic, 1, "read_committed") == [b"small-1"] + [b"after-%d" % i for i in range(3)]
