@@ -18,8 +18,8 @@ import sys
 import pytest
 
 from odradek.client import (
-    Consumer, ConsumerGroupMetadata, InvalidProducerEpochError, KafkaError, KafkaTimeoutError, Producer, ProducerFencedError, TopicPartition,
-    TransactionAbortedError, TxnState,
+    Consumer, ConsumerGroupMetadata, InvalidProducerEpochError, KafkaError, KafkaTimeoutError, Producer,
+    ProducerFencedError, TopicPartition, TransactionAbortedError, TxnState,
 )
 from odradek.client import sync
 from odradek.protocol.error_codes import ErrorCode

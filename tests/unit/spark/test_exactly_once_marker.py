@@ -42,3 +42,20 @@ def test_prefixes():
     assert prefix_for(None, "query") == "odradek-spark-query"
     assert prefix_for(None, None) != prefix_for(None, None)
     assert task_transactional_id("mine", 3) == "mine-3"
+
+
+def test_write_options():
+    from odradek.spark.options import EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS, OptionError, parse_write_options
+    plain = parse_write_options({"kafka.bootstrap.servers": "b:9092", "topic": "t"})
+    assert not plain.exactly_once and "transaction.timeout.ms" not in plain.client
+    on = parse_write_options({"kafka.bootstrap.servers": "b:9092", "exactlyOnce": "true"})
+    assert on.exactly_once and on.transactional_id is None
+    assert on.client["transaction.timeout.ms"] == EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS
+    named = parse_write_options({"kafka.bootstrap.servers": "b:9092", "kafka.transactional.id": "etl",
+                                 "kafka.transaction.timeout.ms": "60000"})
+    assert named.exactly_once and named.transactional_id == "etl"
+    assert "transactional.id" not in named.client          # each task gets <prefix>-<partition>
+    assert named.client["transaction.timeout.ms"] == "60000"
+    with pytest.raises(OptionError):
+        parse_write_options({"kafka.bootstrap.servers": "b:9092", "kafka.transactional.id": "etl",
+                             "exactlyOnce": "false"})
