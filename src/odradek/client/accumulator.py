@@ -15,6 +15,8 @@ queued are expired (`expire`).
 
 Idempotence: with `guarantee_order` a partition has at most one batch in flight (`muted`), so
 retries keep their sequence numbers and order without the Java client's in-flight bookkeeping.
+Transactions: a partition's batches are not sendable while it is `blocked` (not yet added to the
+transaction with AddPartitionsToTxn).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class RecordAccumulator:
         self.open: dict[str, dict[int, ProducerBatch]] = {}   # topic -> partition -> batch taking appends
         self.incomplete: set[ProducerBatch] = set()
         self.muted: set[tuple[str, int]] = set()
+        self.blocked: set[tuple[str, int]] = set()   # a transaction has not added these partitions yet
         self.used_bytes = 0
         self.flushing = 0
         self.closing = False
@@ -154,7 +157,7 @@ class RecordAccumulator:
         unknown_leader = False
         force = self.flushing > 0 or self.closing or self._waiting > 0
         for tp, q in self.queues.items():
-            if not q or tp in self.muted:
+            if not q or tp in self.muted or tp in self.blocked:
                 continue
             b = q[0]
             if b.attempts and b.retry_at_ms > now_ms:
@@ -180,7 +183,7 @@ class RecordAccumulator:
         """Take at most one sendable batch per partition led by `node`, up to max.request.size bytes."""
         out: list[ProducerBatch] = []
         size = 0
-        tps = [tp for tp, q in self.queues.items() if q and tp not in self.muted
+        tps = [tp for tp, q in self.queues.items() if q and tp not in self.muted and tp not in self.blocked
                and leader_for(tp[0], tp[1]) == node]
         if not tps:
             return out

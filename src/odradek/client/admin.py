@@ -8,7 +8,8 @@
 Routing follows Kafka's AdminClient: topic creation, deletion and new partitions go to the controller
 (`NOT_CONTROLLER` refreshes the metadata and retries); a broker's configs and log dirs to that broker;
 topic configs and cluster questions to any broker; DeleteRecords and ListOffsets to each partition's
-leader; group APIs to the group's coordinator (`admin_groups`). Each call is retried on lost
+leader; group APIs to the group's coordinator (`admin_groups`); DescribeTransactions to each
+transactional id's coordinator (`admin_transactions`). Each call is retried on lost
 connections and retriable routing errors until `default.api.timeout.ms`; a broker's refusal is an
 `AdminError` (see `admin_types`) with Kafka's error code and the broker's message. A broker that speaks
 no version of an API raises `UnsupportedVersionError`.
@@ -24,6 +25,7 @@ import logging
 
 from odradek.client.admin_groups import GroupAdminMixin
 from odradek.client.admin_partitions import EARLIEST, LATEST, MAX_TIMESTAMP, PartitionAdminMixin
+from odradek.client.admin_transactions import TransactionAdminMixin
 from odradek.client.admin_types import (
     AdminError, AlterConfigOp, AlterConfigOpType, ClusterDescription, ConfigEntry, ConfigResource,
     ConfigSource, ConfigSynonym, ConfigType, CreatedTopic, LogDirDescription, NewTopic, Node,
@@ -61,7 +63,7 @@ ADMIN_CALLS = (
     "describe_configs", "alter_configs", "incremental_alter_configs", "describe_cluster", "describe_log_dirs",
     "list_offsets", "delete_records", "find_coordinator", "list_groups", "describe_groups",
     "delete_consumer_groups", "list_consumer_group_offsets", "alter_consumer_group_offsets",
-    "delete_consumer_group_offsets",
+    "delete_consumer_group_offsets", "describe_transactions", "end_transaction",
 )
 
 
@@ -79,11 +81,12 @@ def _resource(x) -> ConfigResource:
         return ConfigResource(r.type, str(r.name))
 
 
-class Admin(PartitionAdminMixin, GroupAdminMixin):
+class Admin(PartitionAdminMixin, GroupAdminMixin, TransactionAdminMixin):
     def __init__(self, config: dict | None = None, **kwargs) -> None:
         self.config = admin_config(config, **kwargs)
         self.cluster: Cluster | None = None
         self._coordinators: dict[str, int] = {}
+        self._txn_coordinators: dict[str, int] = {}
 
     # ------------------------------------------------------------------------------------ lifecycle
     async def start(self) -> "Admin":

@@ -129,7 +129,8 @@ PRODUCER = COMMON + [
     ConfigDef("enable.idempotence", _bool, False),
     ConfigDef("partitioner", _any, None, "callable(topic, key, partitions) -> partition; default murmur2"),
     ConfigDef("partitioner.ignore.keys", _bool, False),
-    ConfigDef("transactional.id", _any, None, "not supported yet; must stay unset"),
+    ConfigDef("transactional.id", _any, None, "enables transactions (and idempotence)"),
+    ConfigDef("transaction.timeout.ms", _int, 60000),
     ConfigDef("allow.auto.create.topics", _bool, True),
 ]
 
@@ -150,7 +151,7 @@ CONSUMER = COMMON + [
 
 _POSITIVE = ("request.timeout.ms", "batch.size", "buffer.memory", "max.request.size",
              "max.in.flight.requests.per.connection", "fetch.max.bytes", "max.partition.fetch.bytes",
-             "max.poll.records", "receive.message.max.bytes", "delivery.timeout.ms")
+             "max.poll.records", "receive.message.max.bytes", "delivery.timeout.ms", "transaction.timeout.ms")
 
 
 def build(defs: list[ConfigDef], config: dict | None, kwargs: dict) -> dict:
@@ -181,7 +182,13 @@ def build(defs: list[ConfigDef], config: dict | None, kwargs: dict) -> dict:
 def producer_config(config: dict | None = None, **kwargs) -> dict:
     out = build(PRODUCER, config, kwargs)
     if out["transactional.id"] is not None:
-        raise ConfigError("transactional.id: transactions are not supported by this client yet")
+        out["transactional.id"] = str(out["transactional.id"])
+        if not out["transactional.id"]:
+            raise ConfigError("transactional.id must not be empty")
+        given = {**(config or {}), **{k.replace("_", "."): v for k, v in kwargs.items()}}
+        if given.get("enable.idempotence") is not None and not out["enable.idempotence"]:
+            raise ConfigError("transactional.id requires enable.idempotence=true")
+        out["enable.idempotence"] = True     # implied, as in Kafka
     if out["enable.idempotence"]:
         if out["acks"] != -1:
             raise ConfigError("enable.idempotence requires acks=all")

@@ -47,8 +47,8 @@ API_VERSIONS_KEY = 18
 
 # Versions this client knows how to fill in and read, where narrower than the protocol package's:
 # Produce v3+ and Fetch v4+ carry v2 record batches; Produce v13 and Fetch v13 name topics by id,
-# which the producer and consumer do not do yet.
-CLIENT_VERSION_LIMITS: dict[int, tuple[int, int]] = {0: (3, 12), 1: (4, 12)}
+# which the producer and consumer do not do yet. AddPartitionsToTxn v4+ is for brokers only (KIP-890).
+CLIENT_VERSION_LIMITS: dict[int, tuple[int, int]] = {0: (3, 12), 1: (4, 12), 24: (0, 3)}
 
 _CORRELATION = struct.Struct(">i")
 

@@ -27,6 +27,7 @@ from odradek.client.fetcher import TopicPartition
 from odradek.client.group import COOPERATIVE, AssignStep, Membership, PrepareStep, State
 from odradek.client.group_consumer import ConsumerMembership
 from odradek.client.group_runtime import GroupRuntime
+from odradek.client.transactions import ConsumerGroupMetadata
 
 log = logging.getLogger("odradek.client.consumer")
 
@@ -142,6 +143,16 @@ class GroupConsumer:
         self._set_assignment([])
 
     # ------------------------------------------------------------------------------------ offsets
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What a transactional producer's send_offsets_to_transaction needs (KIP-447): the group, and
+        the generation and member id while this consumer is a member (-1 and "" with assign())."""
+        m = self._membership
+        if m is None:
+            raise IllegalStateError("group.id is not set: this consumer has no group metadata")
+        if m.subscribed and m.state in _JOINED:
+            return ConsumerGroupMetadata(m.group_id, m.generation, m.member_id, m.instance_id)
+        return ConsumerGroupMetadata(m.group_id, -1, "", m.instance_id)
+
     async def commit(self, offsets=None, timeout_ms: int | None = None) -> None:
         """Commit `{tp: offset or (offset, metadata)}` (the next offset to read), by default every
         assigned partition's position; CommitFailedError if the group rebalanced meanwhile."""

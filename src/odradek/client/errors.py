@@ -81,3 +81,53 @@ class IllegalStateError(KafkaError):
 
 class ConfigError(KafkaError, ValueError):
     """An unknown configuration key or an invalid value."""
+
+
+class TransactionError(KafkaError):
+    """A transactional producer's error. `fatal`: the producer can do nothing more (close it; a new one
+    with the same transactional.id fences this one). `abortable`: abort the transaction, then go on.
+    Kafka's clients classify them so (Java's TransactionManager; librdkafka's txn_requires_abort)."""
+
+    fatal = False
+    abortable = False
+
+    def __init__(self, message: str = "", code: ErrorCode | int | None = None, *, fatal: bool | None = None,
+                 abortable: bool | None = None) -> None:
+        super().__init__(message, code)
+        if fatal is not None:
+            self.fatal = fatal
+        if abortable is not None:
+            self.abortable = abortable
+        self.retriable = False
+
+
+class ProducerFencedError(TransactionError):
+    """A newer producer with the same transactional.id (a higher epoch) exists: this one is a zombie.
+    Fatal (KIP-588: the coordinator's PRODUCER_FENCED, and INVALID_PRODUCER_EPOCH from it)."""
+
+    fatal = True
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or "producer fenced: a newer producer with the same transactional.id exists",
+                         ErrorCode.PRODUCER_FENCED)
+
+
+class InvalidProducerEpochError(TransactionError):
+    """A partition leader refused a write for its old epoch (for example the coordinator aborted the
+    transaction on its timeout and bumped the epoch). Abortable, as KIP-588 makes it."""
+
+    abortable = True
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message, ErrorCode.INVALID_PRODUCER_EPOCH)
+
+
+class TransactionAbortableError(TransactionError):
+    """The transaction cannot commit: abort it (`abort_transaction`) and begin a new one. The cause is
+    chained (`__cause__`) and its code, when it has one, is `code`."""
+
+    abortable = True
+
+
+class TransactionAbortedError(KafkaError):
+    """A record was not sent because its transaction was aborted first."""

@@ -28,7 +28,11 @@ drops duplicates of retried batches. Partitions keep one batch in flight at a ti
 resends the oldest unacknowledged sequence and order holds. DUPLICATE_SEQUENCE_NUMBER counts as
 success. When a numbered batch fails for good (its fate unknown to us), the producer takes a new
 producer id before sending more, as Kafka's producer bumps its epoch, so later sequences stay valid.
-Not supported yet: transactions, splitting a batch on MESSAGE_TOO_LARGE.
+Transactions (`transactional.id`, which implies idempotence): see `producer_txn` for the calls and
+`transactions` for the state machine. The sender holds a partition's batches back until
+AddPartitionsToTxn has added the partition to the transaction, marks batches transactional, and
+fails the batches not sent yet once the transaction can only be aborted.
+Not supported yet: splitting a batch on MESSAGE_TOO_LARGE.
 """
 
 from __future__ import annotations
@@ -43,12 +47,16 @@ from odradek.client.cluster import STALE_METADATA_ERRORS, Cluster, now_ms
 from odradek.client.config import producer_config
 from odradek.client.errors import (
     BrokerResponseError, BufferFullError, IllegalStateError, KafkaConnectionError, KafkaError,
-    KafkaTimeoutError,
+    KafkaTimeoutError, TransactionAbortableError,
 )
 from odradek.client.partitioner import DefaultPartitioner, partition_for_key
+from odradek.client.producer_txn import TransactionalProducer
+from odradek.client.transactions import TransactionManager, TxnState
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import init_producer_id as ipi, produce as pm
-from odradek.records.header import NO_PRODUCER_ID, BatchHeader, set_producer_state
+from odradek.records.header import (
+    ATTRIBUTES_OFFSET, NO_PRODUCER_ID, TRANSACTIONAL_MASK, BatchHeader, set_producer_state,
+)
 
 log = logging.getLogger("odradek.client.producer")
 
@@ -63,7 +71,7 @@ class _NoMetadata(KafkaError):
     """send_nowait: the topic's partitions are not known yet."""
 
 
-class Producer:
+class Producer(TransactionalProducer):
     def __init__(self, config: dict | None = None, **kwargs) -> None:
         self.config = c = producer_config(config, **kwargs)
         self.acks = c["acks"]
@@ -81,7 +89,8 @@ class Producer:
         self.producer_id = -1
         self.producer_epoch = -1
         self._sequences: dict[tuple[str, int], int] = {}
-        self._need_producer_id = self.idempotent
+        self._txn: TransactionManager | None = None
+        self._need_producer_id = self.idempotent and c["transactional.id"] is None
         self._sender: asyncio.Task | None = None
         self._wakeup: asyncio.Event | None = None
         self._in_flight_batches = 0
@@ -102,9 +111,13 @@ class Producer:
             compression=c["compression.type"], delivery_timeout_ms=c["delivery.timeout.ms"],
             retry_backoff_ms=c["retry.backoff.ms"], guarantee_order=self.idempotent, loop=loop)
         self._wakeup = asyncio.Event()
+        if c["transactional.id"] is not None:
+            self._txn = TransactionManager(self.cluster, c)
+            self._txn.epoch_changed = self._txn_epoch_changed
+            self.acc.blocked = self._txn.pending     # batches wait for AddPartitionsToTxn
         try:
             await self.cluster.start(self.max_block_ms)
-            if self.idempotent:
+            if self._need_producer_id:
                 await self._init_producer_id()
         except BaseException:
             await self.cluster.aclose()
@@ -126,6 +139,8 @@ class Producer:
         self._keyless.clear()
         if self._sender is None:
             return
+        if self._txn is not None:
+            await self._txn.cancel()   # a call that timed out and still retries; an open transaction stays
         self.acc.closing = True
         self._wakeup.set()
         try:
@@ -258,6 +273,8 @@ class Producer:
         elif not 0 <= partition < len(md.partitions):
             raise KafkaError(f"partition {partition} of topic {topic} does not exist "
                              f"({len(md.partitions)} partitions)")
+        if self._txn is not None:
+            self._txn.check_send(topic, partition)
         batch = acc.open_batch(topic, partition)
         if batch is not None:
             acc.revoke(batch)
@@ -279,6 +296,8 @@ class Producer:
                         batch = None
             if batch is None:
                 self._check_size(size)
+                if self._txn is not None:
+                    self._txn.check_send(topic, partition)
                 batch = acc.new_batch(topic, partition, now_ms())
                 self._wakeup.set()
         index = batch.record_count
@@ -346,6 +365,8 @@ class Producer:
         if partition not in partitions:
             raise KafkaError(f"{topic} has no partition {partition} (it has {len(partitions)})",
                              ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if self._txn is not None:
+            self._txn.check_send(topic, partition)
         size = len(batch)
         self._check_size(size)
         acc = self.acc
@@ -399,6 +420,8 @@ class Producer:
                         log.warning("InitProducerId failed: %s", e)
                         await asyncio.sleep(backoff_ms / 1000)
                         continue
+                if self._txn is not None and not await self._txn_step():
+                    continue
                 now = now_ms()
                 for b in acc.expire(now):
                     self._fail_batch(b, KafkaTimeoutError(
@@ -474,17 +497,21 @@ class Producer:
                 bl = b.builder
                 if bl is None:      # a whole batch from send_batch: stamped in a copy of its bytes
                     stamped = bytearray(b.built)
+                    if self._txn is not None:
+                        stamped[ATTRIBUTES_OFFSET + 1] |= TRANSACTIONAL_MASK
                     set_producer_state(stamped, 0, self.producer_id, self.producer_epoch, seq)
                     b.built = stamped
                 else:
                     bl.producer_id = self.producer_id
                     bl.producer_epoch = self.producer_epoch
                     bl.base_sequence = seq
+                    bl.is_transactional = self._txn is not None
                     b.built = None
                 self._sequences[tp] = (seq + b.record_count) & 0x7FFFFFFF
                 b.sequenced = True
             topics.setdefault(b.topic, []).append(pm.PartitionProduceData(index=b.partition, records=b.build()))
         return pm.ProduceRequest(
+            transactional_id=self._txn.transactional_id if self._txn is not None else None,
             acks=self.acks, timeout_ms=self.config["request.timeout.ms"],
             topic_data=[pm.TopicProduceData(name=t, partition_data=ps) for t, ps in topics.items()])
 
@@ -532,7 +559,9 @@ class Producer:
         return self._sender is not None and self._sender.done()
 
     def _fail_batch(self, b: ProducerBatch, exc: BaseException) -> None:
-        if b.sequenced:
+        if self._txn is not None:
+            exc = self._txn_batch_failed(b.sequenced, exc)
+        elif b.sequenced:
             # The broker may or may not have this sequence: start over with a new producer id.
             self._need_producer_id = True
         self._finish(b, -1, -1, exc)
@@ -542,6 +571,33 @@ class Producer:
             return
         b.complete(base_offset, log_append_time, exc)
         self.acc.completed(b)
+
+    async def _txn_step(self) -> bool:
+        """The sender's transactional step: fail what cannot be sent any more, add the partitions written
+        to since the last step (AddPartitionsToTxn). False: nothing may be sent now."""
+        txn = self._txn
+        if txn.state in (TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR, TxnState.ABORTING):
+            if self.acc.has_queued():
+                err = txn.last_error if txn.state is not TxnState.ABORTING else None
+                self._abort_undrained(err or TransactionAbortableError("the transaction is being aborted"))
+            return True
+        if txn.pending and txn.sending_allowed:
+            try:
+                async with asyncio.timeout(self.config["delivery.timeout.ms"] / 1000):
+                    await txn.add_pending_partitions()
+            except TimeoutError:
+                txn.fail(TransactionAbortableError("AddPartitionsToTxn not answered within delivery.timeout.ms"))
+                return False
+            except KafkaError as e:
+                txn.fail(e)
+                return False
+        return True
+
+    def _txn_epoch_changed(self) -> None:
+        self.producer_id = self._txn.producer_id
+        self.producer_epoch = self._txn.producer_epoch
+        self._sequences.clear()
+        self.acc.unsequence(b for q in self.acc.queues.values() for b in q)
 
     async def _init_producer_id(self) -> None:
         response = await self.cluster.request_any(

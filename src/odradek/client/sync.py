@@ -13,7 +13,9 @@ leaving a `with` block).
 Every call crosses to the loop thread and waits for its answer, except `Producer.send`, which queues
 the record for the loop thread and returns a `RecordFuture` at once (its errors come through that
 future). A consumer poll is one crossing for up to max.poll.records records, decoded in bulk on the loop
-thread. `on_delivery` callbacks run on the loop thread.
+thread. `on_delivery` callbacks run on the loop thread. The transactional calls
+(`init_transactions`, `begin_transaction`, `send_offsets_to_transaction`, `commit_transaction`,
+`abort_transaction`, `prepare_transaction`) block, and apply after the records sent before them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from odradek.client.consumer import Consumer as AsyncConsumer, RecordColumns
 from odradek.client.fetcher import ConsumerRecord, FetchedBatch, OffsetAndTimestamp, TopicPartition
 from odradek.client.errors import BufferFullError, IllegalStateError
 from odradek.client.producer import Producer as AsyncProducer, _NoMetadata
+from odradek.client.transactions import ConsumerGroupMetadata, PreparedTransaction
 
 __all__ = ["Admin", "Producer", "Consumer", "RecordMetadata", "RecordFuture", "ConsumerRecord", "FetchedBatch",
            "TopicPartition", "OffsetAndTimestamp", "RecordColumns"]
@@ -189,6 +192,41 @@ class Producer(_Facade):
     def partitions_for(self, topic: str) -> list[int]:
         return self._lt.run(self._inner.partitions_for(topic))
 
+    # Transactions (transactional.id): the asyncio producer's calls, each after the records queued
+    # before it have been handed over, so a record sent inside a transaction belongs to it.
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._lt.run(self._inner.init_transactions(timeout))
+
+    def begin_transaction(self) -> None:
+        async def begin():
+            await self._drained()
+            self._inner.begin_transaction()
+        self._lt.run(begin())
+
+    def send_offsets_to_transaction(self, offsets: dict, group_metadata, timeout: float | None = None) -> None:
+        async def send():
+            await self._drained()
+            await self._inner.send_offsets_to_transaction(offsets, group_metadata, timeout)
+        self._lt.run(send())
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        async def prepare():
+            await self._drained()
+            return await self._inner.prepare_transaction(timeout)
+        return self._lt.run(prepare())
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        async def commit():
+            await self._drained()
+            await self._inner.commit_transaction(timeout)
+        self._lt.run(commit())
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        async def abort():
+            await self._drained()
+            await self._inner.abort_transaction(timeout)
+        self._lt.run(abort())
+
 
 class RecordFuture:
     """The outcome of one record sent through the sync Producer, with concurrent.futures.Future's
@@ -270,6 +308,9 @@ class Consumer(_Facade):
 
     def seek(self, tp, offset: int) -> None:
         self._lt.call(self._inner.seek, tp, offset)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        return self._lt.call(self._inner.group_metadata)
 
     def seek_to_beginning(self, *partitions) -> None:
         self._lt.call(self._inner.seek_to_beginning, *partitions)

@@ -6,6 +6,8 @@
   batch-level read path (`Consumer.fetch_batches`: whole v2 batches, raw bytes), decoded into Arrow by
   `decode`. The task opens its own client: nothing network-bound is ever pickled from the driver.
 - `Sink`: one Spark task's writes, whole record batches built by `encode`.
+- `TxnSink`, `TxnAdmin`: the exactly-once sink's task producer (one transaction, prepared and left
+  open) and its driver side (the query's marker, ending the tasks' transactions); see `exactly_once`.
 
 Each object owns a private asyncio event loop and drives the asyncio client on it from the calling
 thread (`run_until_complete`): no extra thread, and the task's decode work runs while the kernel
@@ -27,8 +29,11 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from odradek.client import Consumer, KafkaError, OffsetOutOfRangeError, Producer, TopicPartition
+from odradek.client import (
+    Consumer, KafkaError, OffsetOutOfRangeError, PreparedTransaction, Producer, TopicPartition,
+)
 from odradek.client import admin as client_admin
+from odradek.client.admin_types import OffsetAndMetadata
 from odradek.spark import decode as dec
 from odradek.spark.planning import DataLossError, OffsetRange, TP, data_loss_message
 
@@ -310,3 +315,115 @@ class Sink:
             self._lp.run(self.producer.aclose())
         finally:
             self._lp.close()
+
+
+# ------------------------------------------------------------------------------------------ exactly once
+class TxnSink(Sink):
+    """A task's transactional producer (the exactly-once sink): `transactional_id` is the task's own;
+    taking it fences the producer of a failed earlier attempt, whose open transaction the coordinator
+    aborts. The task's records go into one transaction, which `prepare()` flushes and leaves open for
+    the driver to commit or abort (`TxnAdmin.end`)."""
+
+    def __init__(self, config: dict, transactional_id: str) -> None:
+        super().__init__({**config, "transactional.id": transactional_id})
+        self._sent = False
+        try:
+            self._lp.run(self.producer.init_transactions())
+            self._lp.call(self.producer.begin_transaction)
+        except BaseException:
+            self.close()
+            raise
+
+    def prepare(self) -> PreparedTransaction | None:
+        """Flush; the open transaction to hand to the driver, or None when the task wrote nothing (the
+        empty transaction is committed here: the coordinator never heard of it)."""
+        self._settle()
+        if self._written():
+            prepared = self._lp.run(self.producer.prepare_transaction())
+            self._settle(all_done=True)
+            return prepared
+        self._lp.run(self.producer.commit_transaction())
+        return None
+
+    def _written(self) -> bool:
+        return self._sent
+
+    def send_batch(self, topic: str, partition: int, data: bytes, records: int) -> None:
+        self._sent = True
+        super().send_batch(topic, partition, data, records)
+
+    def send_records(self, rows) -> None:
+        self._sent = True
+        super().send_records(rows)
+
+    def abort(self) -> None:
+        try:
+            self._lp.run(self.producer.abort_transaction(10))
+        except Exception as e:    # the task's own error matters more; the next attempt fences it anyway
+            log.info("aborting the task's transaction failed: %s", e)
+
+
+class TxnAdmin:
+    """The exactly-once sink's driver side: the query's marker (the last batch id whose transactions
+    were decided, committed to a consumer group named after the query) and the tasks' prepared
+    transactions, ended with EndTxn by id, producer id and epoch (the client Admin's `end_transaction`)."""
+
+    def __init__(self, config: dict) -> None:
+        self._lp = _Loop()
+        known = {d.name for d in client_admin.ADMIN}
+        self.admin = client_admin.Admin({k: v for k, v in config.items() if k in known})
+        self._producer_config = dict(config)
+        try:
+            self._lp.run(self.admin.start())
+        except BaseException:
+            self._lp.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self._lp.run(self.admin.aclose())
+        finally:
+            self._lp.close()
+
+    def __enter__(self) -> "TxnAdmin":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def committed(self, group: str) -> dict[TP, tuple[int, str]]:
+        """Every offset the group has committed: {(topic, partition): (offset, metadata)}."""
+        found = self._lp.run(self.admin.list_consumer_group_offsets(group))
+        return {(tp.topic, tp.partition): (o.offset, o.metadata) for tp, o in found.items() if o is not None}
+
+    def describe(self, transactional_ids: list[str]) -> dict[str, tuple[str, int, int]]:
+        """{id: (state, producer id, epoch)} from the ids' coordinators (DescribeTransactions)."""
+        found = self._lp.run(self.admin.describe_transactions(transactional_ids))
+        return {t: (d.state, d.producer_id, d.producer_epoch) for t, d in found.items()}
+
+    def commit_marker(self, group: str, tp: TP, batch_id: int, metadata: str) -> None:
+        self._lp.run(self.admin.alter_consumer_group_offsets(
+            group, {TopicPartition(*tp): OffsetAndMetadata(batch_id, metadata)}))
+
+    def end(self, prepared: list[PreparedTransaction], commit: bool) -> list[BaseException | None]:
+        """End each transaction (concurrently); the error of each, None where it ended as asked."""
+        async def end_all():
+            return await asyncio.gather(*(self.admin.end_transaction(t, commit) for t in prepared),
+                                        return_exceptions=True)
+        return list(self._lp.run(end_all()))
+
+    def fence(self, transactional_ids: list[str]) -> None:
+        """Take each transactional id once (InitProducerId): the coordinator aborts its open transaction."""
+        async def fence_one(tid: str) -> None:
+            p = Producer({**self._producer_config, "transactional.id": tid})
+            await p.start()
+            try:
+                await p.init_transactions(30)
+            finally:
+                await p.aclose()
+
+        async def fence_all():
+            return await asyncio.gather(*(fence_one(t) for t in transactional_ids), return_exceptions=True)
+        for tid, err in zip(transactional_ids, self._lp.run(fence_all())):
+            if err is not None:
+                log.warning("could not fence transactional id %s: %s", tid, err)

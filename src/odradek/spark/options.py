@@ -46,6 +46,12 @@ WRITER_DEFAULTS = {
 }
 
 
+# The exactly-once sink's tasks leave their transactions open until the driver commits the batch, after
+# the slowest task: Kafka's producer default (60 s) is too short for that; 15 minutes is the broker's
+# default transaction.max.timeout.ms. kafka.transaction.timeout.ms overrides it.
+EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS = 900_000
+
+
 class OptionError(ValueError):
     """An option is missing, unknown in its place, or has a wrong value."""
 
@@ -111,6 +117,8 @@ class ReadOptions:
 class WriteOptions:
     client: dict
     topic: str | None = None
+    exactly_once: bool = False            # exactlyOnce=true, or kafka.transactional.id given
+    transactional_id: str | None = None   # the prefix of the tasks' transactional ids (kafka.transactional.id)
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -276,4 +284,12 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     opts = _lower(options)
     client = client_config(opts, WRITER_DEFAULTS, "producer")
     topic = opts.get("topic")
-    return WriteOptions(client=client, topic=topic.strip() if topic and topic.strip() else None)
+    prefix = client.pop("transactional.id", None)
+    prefix = str(prefix).strip() if prefix is not None and str(prefix).strip() else None
+    exactly_once = _bool(opts, "exactlyOnce", prefix is not None)
+    if prefix is not None and not exactly_once:
+        raise OptionError("kafka.transactional.id asks for the exactly-once sink; it cannot go with exactlyOnce=false")
+    if exactly_once:
+        client.setdefault("transaction.timeout.ms", EXACTLY_ONCE_TRANSACTION_TIMEOUT_MS)
+    return WriteOptions(client=client, topic=topic.strip() if topic and topic.strip() else None,
+                        exactly_once=exactly_once, transactional_id=prefix)
