@@ -124,8 +124,9 @@ class TxnShard:
         m = self.txns.get(transactional_id)
         return None if m is None or m.state == TxnState.DEAD else m
 
-    def replay(self, record: TxnRecord) -> None:
-        """Apply one record; later records win and a tombstone deletes (compaction keeps the last)."""
+    def replay(self, record: TxnRecord, now_ms: int = 0) -> None:
+        """Apply one record; later records win and a tombstone deletes (compaction keeps the last).
+        `now_ms` is not needed here (the runtime passes it to every shard)."""
         v = record.value
         if v is None:
             self.txns.pop(record.transactional_id, None)
