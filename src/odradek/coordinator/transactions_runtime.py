@@ -71,9 +71,6 @@ class TransactionCoordinator(CoordinatorRuntime[TxnShard, TxnRecord]):
     def _new_shard(self, partition: int, coordinator_epoch: int) -> TxnShard:
         return TxnShard(partition, self.config, coordinator_epoch)
 
-    def _load_end_offset(self, log_: CoordinatorLog) -> int:
-        return log_.high_watermark
-
     def _loaded_shard(self, shard: TxnShard, records: int, started_ms: int) -> None:
         log.log(logging.INFO if records else logging.DEBUG,
                 "Finished loading transaction metadata from %s-%d in %d ms: %d records, %d transactional ids",

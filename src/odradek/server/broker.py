@@ -155,10 +155,16 @@ class Broker:
         logs = self.logs = LogManager.open(self._log_manager_config(), now_ms=now, config_for_topic=self.log_config_for)
         self.local_logs.manager = logs
         logs.ensure_meta_properties(self.broker_id, self.cluster_id)
-        controller = self.controller = EmbeddedController(
+        controller = EmbeddedController(
             self.broker_id, store, cluster, logs, self.replica_manager, self.metadata, self.workers, self.clock)
-        self.replica_manager.alter_partition = controller
         controller.open_all(now)
+        await self._serve(controller, logs)
+        self._periodic = asyncio.get_running_loop().create_task(self._run_periodic(logs))
+
+    async def _serve(self, controller: EmbeddedController, logs: LogManager) -> None:
+        """The replica manager's ISR port, the coordinators, the handlers' services, the listeners."""
+        self.controller = controller
+        self.replica_manager.alter_partition = controller
         await self.replica_manager.start()
         coordinators = self.coordinators = Coordinators(
             self.broker_id, self.replica_manager, self.metadata, controller, self.clock)
@@ -169,7 +175,6 @@ class Broker:
             log_dirs=logs, workers=self.workers, fetch_sessions=self.fetch_sessions,
             api_versions=self.api_versions)
         await self._start_listeners()
-        self._periodic = asyncio.get_running_loop().create_task(self._run_periodic(logs))
 
     async def _start_in_cluster(self) -> None:
         """A broker of a cluster on ZooKeeper (`zk_cluster.py`): the store is the ensemble; partitions
@@ -195,18 +200,7 @@ class Broker:
         self.local_logs.manager = logs
         logs.ensure_meta_properties(self.broker_id, self.cluster_id)
         cluster = ZkCluster(self.broker_id, store, logs, self.replica_manager, self.metadata, self.workers, self.clock)
-        self.controller = cluster
-        self.replica_manager.alter_partition = cluster
-        await self.replica_manager.start()
-        coordinators = self.coordinators = Coordinators(
-            self.broker_id, self.replica_manager, self.metadata, cluster, self.clock)
-        await coordinators.start()
-        self.services = Services(
-            broker_id=self.broker_id, clock=self.clock, metadata=self.metadata,
-            replica_manager=self.replica_manager, coordinators=coordinators, controller=cluster,
-            log_dirs=logs, workers=self.workers, fetch_sessions=self.fetch_sessions,
-            api_versions=self.api_versions)
-        await self._start_listeners()
+        await self._serve(cluster, logs)
         protocols = self.config.get("listener.security.protocol.map") or ""
         protocol_of = dict(item.split(":", 1) for item in protocols.split(",") if ":" in item)
         endpoints = []
