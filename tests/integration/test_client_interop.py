@@ -219,6 +219,42 @@ def test_buffer_memory_back_pressure(broker):
     assert run(main()) == list(range(400))
 
 
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_batches_in_reused_buffers_carry_only_their_own_records(broker, codec):
+    """Once a batch's request is answered its buffer serves the next batch: a long batch, then short
+    ones written over its bytes, read back by librdkafka and kafka-python. With acks=0 nothing tells
+    the producer the bytes left the socket, so no buffer is reused."""
+    topic = new_topic(f"reuse-{codec}")
+    rounds = [[Msg(None, f"long-{i}-".encode() * 40) for i in range(300)],
+              [Msg(b"k", b"short-a"), Msg(None, None)],
+              [Msg(None, b"short-b", (("h", b"1"),))],
+              [Msg(None, bytes(range(256)) * 4) for _ in range(20)]]
+
+    async def main():
+        async with Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1, "batch.size": 1 << 20,
+                             "compression.type": codec}) as p:
+            pool = p.acc.buffers
+            offset = 0
+            for i, msgs in enumerate(rounds):
+                futs = [await p.send(topic, m.value, m.key, partition=0, headers=list(m.headers) or None)
+                        for m in msgs]
+                await p.flush(30)
+                assert [f.result().offset for f in futs] == list(range(offset, offset + len(msgs)))
+                offset += len(msgs)
+                assert len(pool) == 1, f"round {i}: the answered batch's buffer is kept for the next one"
+        async with Producer({"bootstrap.servers": broker.bootstrap, "acks": 0}) as p:
+            for _ in range(3):
+                await p.send(topic, b"unacked", partition=1)
+                await p.flush(30)
+            assert len(p.acc.buffers) == 0
+    run(main())
+    expected = [(m.key, m.value, tuple(m.headers)) for msgs in rounds for m in msgs]
+    for consume in (consume_confluent, consume_kafka_python):
+        got = consume(broker.bootstrap, topic, [0])
+        assert [(r.key, r.value, r.headers) for r in got] == expected, consume.__name__
+        assert [r.offset for r in got] == list(range(len(expected)))
+
+
 def test_send_to_missing_partition_fails(broker):
     async def main():
         async with Producer({"bootstrap.servers": broker.bootstrap}) as p:

@@ -537,7 +537,9 @@ class Producer(TransactionalProducer):
                     continue
                 err = p.error_code
                 if err == 0 or err == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                    builder = b.builder
                     self._finish(b, p.base_offset, p.log_append_time_ms, None)
+                    self.acc.recycle(builder)   # answered: the request's bytes are all sent
                     continue
                 if err in STALE_METADATA_ERRORS:
                     self.cluster.request_update()

@@ -3,7 +3,8 @@
 Pure code: no sockets, no clocks. Every malformed input raises `odradek.protocol.exceptions.ProtocolError`.
 
 - `header`: the v2 batch header read and patched in place (the broker's hot path).
-- `batch`: `RecordBatch` view and lazy `Record` iteration; `builder`: `RecordBatchBuilder`.
+- `batch`: `RecordBatch` view and lazy `Record` iteration; `builder`: `RecordBatchBuilder`;
+  `buffer_pool`: reusable builder buffers for a producer.
 - `control`: transaction markers; `legacy` / `legacy_builder`: magic 0 and 1 message sets.
 - `record_set`: iterate the mixed entries of a record set; `convert`: legacy <-> v2.
 - `codecs` (with `lz4frame`): none, gzip, snappy, lz4, zstd, each decompression size-capped.

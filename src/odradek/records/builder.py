@@ -15,12 +15,18 @@ takes `append_plain`, whose varints come from a table and which writes each reco
 other record takes `encode_record`. Both write the same bytes. `build(copy=False)` hands out the
 uncompressed batch without copying it (the producer's path).
 
+The buffer is an `io.BytesIO` written sequentially. A builder may be given one that served an earlier
+batch (`buffer=`, see `odradek.records.buffer_pool`): its memory is already allocated and mapped, so a
+producer that reuses buffers does not grow a fresh one, page fault by page fault, for every batch.
+`detach_buffer()` hands it back once the batch's bytes are no longer needed.
+
 Builder misuse (out-of-range fields, decreasing offsets, wrong types) raises ValueError or TypeError:
 that is a programming error, not malformed input.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 
 from crc32c import crc32c
@@ -40,6 +46,7 @@ _PLAIN = (bytes, bytearray, type(None))   # key and value types append_plain tak
 _UV = UVARINTS
 _SMALL = UVARINT_TABLE_SIZE // 2   # zig-zag doubles: offset deltas below this come from the table
 _NO_BASE = 1 << 64    # base timestamp before the first record: no int64 timestamp is this far from it
+_HEADER_ROOM = bytes(HEADER_SIZE)
 
 
 def _encode_bytes(data) -> bytes:
@@ -70,7 +77,9 @@ class RecordBatchBuilder:
                  producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                  base_sequence: int = NO_SEQUENCE, is_transactional: bool = False,
                  is_control: bool = False, partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-                 log_append_time: int | None = None) -> None:
+                 log_append_time: int | None = None, buffer: io.BytesIO | None = None) -> None:
+        """`buffer`: a BytesIO to write into from its start (an earlier batch's, for its memory); it
+        must have no exported views."""
         if compression not in codecs.CODEC_NAMES:
             raise ValueError(f"unknown compression codec {compression}")
         if timestamp_type not in (0, 1):
@@ -87,7 +96,11 @@ class RecordBatchBuilder:
         self.is_control = is_control
         self.partition_leader_epoch = partition_leader_epoch
         self.log_append_time = log_append_time
-        self._buf = bytearray(HEADER_SIZE)   # the header, written by build(), then the records
+        out = io.BytesIO() if buffer is None else buffer
+        out.seek(0)
+        out.write(_HEADER_ROOM)   # the header, written by build(), then the records; bytes past
+        self._out = out           # tell() are an earlier batch's and never read
+        self._write = out.write
         self._last_offset_delta = -1
         self._skipped = 0                    # offsets left out by explicit offsets
         self._base_timestamp = _NO_BASE
@@ -99,7 +112,7 @@ class RecordBatchBuilder:
     @property
     def uncompressed_size(self) -> int:
         """Bytes of the batch if it were built uncompressed now (for batch.size decisions)."""
-        return len(self._buf)
+        return self._out.tell()
 
     @property
     def next_offset(self) -> int:
@@ -120,7 +133,7 @@ class RecordBatchBuilder:
             raise ValueError(f"offset {offset} does not follow {self.next_offset - 1}")
         if self._base_timestamp == _NO_BASE:
             self._base_timestamp = timestamp
-        self._buf += encode_record(offset_delta, timestamp - self._base_timestamp, key, value, headers)
+        self._write(encode_record(offset_delta, timestamp - self._base_timestamp, key, value, headers))
         self._skipped += offset_delta - self._last_offset_delta - 1
         self._last_offset_delta = offset_delta
         if timestamp > self._max_timestamp:
@@ -143,9 +156,9 @@ class RecordBatchBuilder:
             except (IndexError, TypeError):
                 pass
             else:
-                buf = self._buf
-                buf += length
-                buf += rec
+                write = self._write
+                write(length)
+                write(rec)
                 self._last_offset_delta = od
                 if timestamp > self._max_timestamp:
                     self._max_timestamp = timestamp
@@ -155,7 +168,7 @@ class RecordBatchBuilder:
     def _append_encoded(self, od: int, key, value, timestamp: int) -> int:
         if self._base_timestamp == _NO_BASE:
             self._base_timestamp = timestamp
-        self._buf += encode_record(od, timestamp - self._base_timestamp, key, value)
+        self._write(encode_record(od, timestamp - self._base_timestamp, key, value))
         self._last_offset_delta = od
         if timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
@@ -170,18 +183,30 @@ class RecordBatchBuilder:
             last_offset_delta = max(self._last_offset_delta, 0)
         elif last_offset_delta < self._last_offset_delta:
             raise ValueError("last_offset_delta before the last record")
-        buf = self._buf
+        size = self._out.tell()
+        buf = self._out.getbuffer()[:size]   # exported: the buffer takes no writes while views live
         if self.compression == codecs.NONE:
-            self._write_header(buf, len(buf), last_offset_delta)
-            _U32.pack_into(buf, CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
-            return bytes(buf) if copy else memoryview(buf).toreadonly()
-        body = codecs.compress(self.compression, memoryview(buf)[HEADER_SIZE:])
+            self._write_header(buf, size, last_offset_delta)
+            _U32.pack_into(buf, CRC_OFFSET, crc32c(buf[ATTRIBUTES_OFFSET:]))
+            if not copy:
+                return buf.toreadonly()
+            out = bytes(buf)
+            buf.release()
+            return out
+        body = codecs.compress(self.compression, buf[HEADER_SIZE:])
+        buf.release()
         header = bytearray(HEADER_SIZE)
         self._write_header(header, HEADER_SIZE + len(body), last_offset_delta)
         _U32.pack_into(header, CRC_OFFSET, crc32c(body, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:])))
         return b"".join((header, body))
 
-    def _write_header(self, out: bytearray, size: int, last_offset_delta: int) -> None:
+    def detach_buffer(self) -> io.BytesIO:
+        """Give up the buffer (for another builder: `buffer=`); this builder takes no more calls."""
+        out = self._out
+        self._out = self._write = None   # type: ignore[assignment]
+        return out
+
+    def _write_header(self, out, size: int, last_offset_delta: int) -> None:
         """The 61-byte header at the front of `out`, the CRC left for the caller."""
         attributes = self.compression | (TIMESTAMP_TYPE_MASK if self.timestamp_type else 0)
         attributes |= (TRANSACTIONAL_MASK if self.is_transactional else 0)
