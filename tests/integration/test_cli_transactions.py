@@ -65,7 +65,8 @@ def test_transactions_cli_finds_and_aborts_an_open_transaction(broker_factory):
     assert d["state"] == "Ongoing" and d["producer_id"] == row["producer_id"] and d["coordinator"] == row["coordinator"]
     assert d["timeout_ms"] == 120000 and d["start_time_ms"] <= time.time() * 1000 and d["duration_ms"] >= 0
     assert sorted(map(tuple, d["topic_partitions"])) == [(topic, 0), (topic, 1)]
-    odradek("transactions", "describe", "--transactional-id", "no-such-id", bootstrap=bs).fails("TRANSACTIONAL_ID_NOT_FOUND")
+    odradek("transactions", "describe", "--transactional-id", "no-such-id",
+            bootstrap=bs).fails("TRANSACTIONAL_ID_NOT_FOUND")
 
     # describe-producers: the transactional producer holds partition 0 open from offset 3.
     producers = odradek("transactions", "describe-producers", "--topic", topic, "--partition", "0", "--json",

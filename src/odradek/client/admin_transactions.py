@@ -151,7 +151,8 @@ class TransactionAdminMixin:
                     if duration_ms >= 0 and v < 1 or transactional_id_pattern is not None and v < 2:
                         raise UnsupportedVersionError(f"broker {node} speaks ListTransactions v{v}, too old for "
                                                       "the filters given")
-                    return ltx.ListTransactionsRequest(state_filters=list(states), producer_id_filters=list(producer_ids),
+                    return ltx.ListTransactionsRequest(state_filters=list(states),
+                                                       producer_id_filters=list(producer_ids),
                                                        duration_filter=duration_ms,
                                                        transactional_id_pattern=transactional_id_pattern)
                 response, _ = await self._request(node, LIST_TRANSACTIONS_KEY, build_request)
@@ -183,7 +184,8 @@ class TransactionAdminMixin:
                         if p.error_code in _ROUTING_ERRORS:
                             raise Retry(f"DescribeProducers {tp}: {ErrorCode(p.error_code).name}")
                         if p.error_code:
-                            results[tp] = AdminError(p.error_code, p.error_message, f"partition {tp.topic}-{tp.partition}")
+                            results[tp] = AdminError(p.error_code, p.error_message,
+                                                     f"partition {tp.topic}-{tp.partition}")
                         else:
                             results[tp] = [ProducerState(s.producer_id, s.producer_epoch, s.last_sequence,
                                                          s.last_timestamp, s.coordinator_epoch,
