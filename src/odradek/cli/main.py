@@ -1,6 +1,6 @@
 """The `odradek` command: `serve` runs a broker; the other subcommands are the tools Kafka ships
-(kafka-topics, kafka-console-producer and -consumer, kafka-consumer-groups, kafka-configs, the perf
-tests), speaking to any Kafka-compatible cluster through `odradek.client`."""
+(kafka-topics, kafka-console-producer and -consumer, kafka-consumer-groups, kafka-configs,
+kafka-transactions, the perf tests), speaking to any Kafka-compatible cluster through `odradek.client`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from odradek import __version__
-from odradek.cli import cluster, configs, consume, groups, perf, produce, serve, topics
+from odradek.cli import cluster, configs, consume, groups, perf, produce, serve, topics, transactions
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_parser(sub)
     perf.add_parser(sub)
     cluster.add_parser(sub)
+    transactions.add_parser(sub)
     return p
 
 

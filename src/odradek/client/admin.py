@@ -63,7 +63,8 @@ ADMIN_CALLS = (
     "describe_configs", "alter_configs", "incremental_alter_configs", "describe_cluster", "describe_log_dirs",
     "list_offsets", "delete_records", "find_coordinator", "list_groups", "describe_groups",
     "delete_consumer_groups", "list_consumer_group_offsets", "alter_consumer_group_offsets",
-    "delete_consumer_group_offsets", "describe_transactions", "end_transaction",
+    "delete_consumer_group_offsets", "describe_transactions", "end_transaction", "list_transactions",
+    "describe_producers", "abort_transaction",
 )
 
 

@@ -1,7 +1,13 @@
-"""The admin client's transaction calls: DescribeTransactions (KIP-664; what kafka-transactions.sh
-describe shows), sent to each transactional id's coordinator (FindCoordinator, key type 1), and
-`end_transaction`, which commits or aborts a transaction a producer prepared (`prepare_transaction`)
-by its id, producer id and epoch.
+"""The admin client's transaction calls (KIP-664; what kafka-transactions.sh uses):
+
+- `describe_transactions`: DescribeTransactions, sent to each transactional id's coordinator
+  (FindCoordinator, key type 1);
+- `list_transactions`: ListTransactions, sent to every broker (each lists the ids it coordinates);
+- `describe_producers`: DescribeProducers, sent to each partition's leader;
+- `abort_transaction`: WriteTxnMarkers ABORT for one producer on one partition, sent to its leader
+  (the hanging-transaction remedy: the coordinator is not involved);
+- `end_transaction`, which commits or aborts a transaction a producer prepared (`prepare_transaction`)
+  by its id, producer id and epoch.
 
 COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR and COORDINATOR_NOT_AVAILABLE are retried (after looking
 the coordinator up again); TRANSACTIONAL_ID_NOT_FOUND and other refusals are an `AdminError` in that
@@ -13,15 +19,22 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from odradek.client.admin_partitions import _ROUTING_ERRORS, _tp
 from odradek.client.admin_types import AdminError, Retry, raise_first
 from odradek.client.fetcher import TopicPartition
 from odradek.client.transactions import PreparedTransaction, end_prepared_transaction
 from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import describe_producers as dpr
 from odradek.protocol.messages import describe_transactions as dtx
 from odradek.protocol.messages import find_coordinator as fc
+from odradek.protocol.messages import list_transactions as ltx
+from odradek.protocol.messages import write_txn_markers as wtm
 
 TXN_KEY_TYPE = 1
 DESCRIBE_TRANSACTIONS_KEY = 65
+LIST_TRANSACTIONS_KEY = 66
+DESCRIBE_PRODUCERS_KEY = 61
+WRITE_TXN_MARKERS_KEY = 27
 _RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
                     ErrorCode.COORDINATOR_NOT_AVAILABLE})
 
@@ -37,6 +50,27 @@ class TransactionDescription:
     timeout_ms: int
     start_time_ms: int
     partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """One transactional id a broker coordinates (ListTransactions)."""
+    transactional_id: str
+    producer_id: int
+    state: str
+    coordinator: int
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """A producer's state at a partition (DescribeProducers); `current_txn_start_offset` is the first
+    offset of its open transaction there, -1 if none; `coordinator_epoch` -1 if no marker was written."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
 
 
 class TransactionAdminMixin:
@@ -101,3 +135,83 @@ class TransactionAdminMixin:
         epoch (its timeout aborted it, or a newer producer of the id fenced it)."""
         async with asyncio.timeout(self.config["default.api.timeout.ms"] / 1000):
             await end_prepared_transaction(self.cluster, self.config, prepared, commit)
+
+    async def list_transactions(self, *, states=(), producer_ids=(), duration_ms: int = -1,
+                                transactional_id_pattern: str | None = None) -> list[TransactionListing]:
+        """Every transactional id of the cluster (ListTransactions to each broker), filtered by state
+        names, producer ids, open duration (v1) and an id pattern (v2); a broker too old for a filter
+        given is UnsupportedVersionError."""
+        from odradek.client.errors import UnsupportedVersionError
+
+        async def attempt():
+            await self._metadata([])
+            out: list[TransactionListing] = []
+            for node in sorted(self.cluster.metadata.brokers):
+                def build_request(v):
+                    if duration_ms >= 0 and v < 1 or transactional_id_pattern is not None and v < 2:
+                        raise UnsupportedVersionError(f"broker {node} speaks ListTransactions v{v}, too old for "
+                                                      "the filters given")
+                    return ltx.ListTransactionsRequest(state_filters=list(states),
+                                                       producer_id_filters=list(producer_ids),
+                                                       duration_filter=duration_ms,
+                                                       transactional_id_pattern=transactional_id_pattern)
+                response, _ = await self._request(node, LIST_TRANSACTIONS_KEY, build_request)
+                if response.error_code in _RETRY:
+                    raise Retry(f"ListTransactions at broker {node}: {ErrorCode(response.error_code).name}",
+                                refresh=False)
+                if response.error_code:
+                    raise AdminError(response.error_code, None, f"ListTransactions at broker {node}")
+                out += [TransactionListing(s.transactional_id, s.producer_id, s.transaction_state, node)
+                        for s in response.transaction_states]
+            return out
+        return await self._retrying("ListTransactions", attempt)
+
+    async def describe_producers(self, partitions) -> dict[TopicPartition, list[ProducerState]]:
+        """The active producers of each partition, from its leader."""
+        wanted = list(dict.fromkeys(_tp(tp) for tp in partitions))
+
+        async def attempt():
+            results: dict = {}
+            for node, tps in (await self._leaders(wanted)).items():
+                by_topic: dict[str, list[int]] = {}
+                for tp in tps:
+                    by_topic.setdefault(tp.topic, []).append(tp.partition)
+                response, _ = await self._request(node, DESCRIBE_PRODUCERS_KEY, lambda v: dpr.DescribeProducersRequest(
+                    topics=[dpr.TopicRequest(name=t, partition_indexes=ps) for t, ps in by_topic.items()]))
+                for t in response.topics:
+                    for p in t.partitions:
+                        tp = TopicPartition(t.name, p.partition_index)
+                        if p.error_code in _ROUTING_ERRORS:
+                            raise Retry(f"DescribeProducers {tp}: {ErrorCode(p.error_code).name}")
+                        if p.error_code:
+                            results[tp] = AdminError(p.error_code, p.error_message,
+                                                     f"partition {tp.topic}-{tp.partition}")
+                        else:
+                            results[tp] = [ProducerState(s.producer_id, s.producer_epoch, s.last_sequence,
+                                                         s.last_timestamp, s.coordinator_epoch,
+                                                         s.current_txn_start_offset) for s in p.active_producers]
+            return {tp: results.get(tp) for tp in wanted}
+        return raise_first(await self._retrying("DescribeProducers", attempt))
+
+    async def abort_transaction(self, partition, producer_id: int, producer_epoch: int,
+                                coordinator_epoch: int) -> None:
+        """Write an ABORT marker for the producer's open transaction on `partition` (WriteTxnMarkers to
+        its leader), as kafka-transactions.sh abort does for a hanging transaction."""
+        tp = _tp(partition)
+
+        async def attempt():
+            node = next(iter(await self._leaders([tp])))
+            response, _ = await self._request(node, WRITE_TXN_MARKERS_KEY, lambda v: wtm.WriteTxnMarkersRequest(
+                markers=[wtm.WritableTxnMarker(
+                    producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=False,
+                    topics=[wtm.WritableTxnMarkerTopic(name=tp.topic, partition_indexes=[tp.partition])],
+                    coordinator_epoch=coordinator_epoch)]))
+            for m in response.markers:
+                for t in m.topics:
+                    for p in t.partitions:
+                        if p.error_code in _ROUTING_ERRORS:
+                            raise Retry(f"WriteTxnMarkers {tp}: {ErrorCode(p.error_code).name}")
+                        if p.error_code:
+                            raise AdminError(p.error_code, None, f"abort of producer {producer_id} on "
+                                                                 f"{tp.topic}-{tp.partition}")
+        await self._retrying("WriteTxnMarkers", attempt)
