@@ -118,6 +118,8 @@ def test_copier_exactly_once_while_its_coordinator_is_killed(cluster):
             end_offsets(cluster.bootstrap, target, partitions, "read_committed")) >= 2000, timeout=90)
         coordinator = cluster.leader_of(TRANSACTION_STATE_TOPIC, txn_partition)
         cluster.brokers[coordinator].kill()
+        at_kill = end_offsets(cluster.bootstrap, target, partitions, "read_uncommitted")
+        assert sum(at_kill) < total, "the copier finished before its coordinator was killed"
         wait_for("a new transaction coordinator", lambda: cluster.leader_of(TRANSACTION_STATE_TOPIC, txn_partition)
                  not in (-1, coordinator), timeout=60)
         cluster.brokers[coordinator].start()
