@@ -166,8 +166,9 @@ class Broker:
         self.controller = controller
         self.replica_manager.alter_partition = controller
         await self.replica_manager.start()
+        channels = controller.channels if isinstance(controller, ZkCluster) else None   # markers to leaders
         coordinators = self.coordinators = Coordinators(
-            self.broker_id, self.replica_manager, self.metadata, controller, self.clock)
+            self.broker_id, self.replica_manager, self.metadata, controller, self.clock, channels)
         await coordinators.start()
         self.services = Services(
             broker_id=self.broker_id, clock=self.clock, metadata=self.metadata,

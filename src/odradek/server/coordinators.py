@@ -33,6 +33,7 @@ from odradek.server.log_validator import LOG_APPEND_TIME, topic_rules, validate
 from odradek.server.metadata_cache import MetadataCache, MetadataImage
 from odradek.server.partition import Partition, TopicPartition
 from odradek.server.controller_channel import ControllerChannel
+from odradek.server.inter_broker import BrokerChannels
 from odradek.server.replica_manager import ReplicaManager
 from odradek.storage.producer_state import ProducerStateError
 from odradek.server.txn_coordinator import TxnCoordinators
@@ -95,7 +96,8 @@ def group_config(config: BrokerConfig) -> GroupConfig:
 
 class Coordinators:
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata: MetadataCache,
-                 controller: ControllerChannel, clock: Callable[[], int]) -> None:
+                 controller: ControllerChannel, clock: Callable[[], int],
+                 channels: BrokerChannels | None = None) -> None:
         self.broker_id = broker_id
         self.replica_manager = replica_manager
         self.metadata = metadata
@@ -104,7 +106,8 @@ class Coordinators:
         self.group: GroupCoordinator | None = None
         self.transactions = TxnCoordinators(broker_id, replica_manager, metadata, controller, clock,
                                             lambda: self.group,
-                                            lambda part: PartitionWriter(replica_manager, metadata, part))
+                                            lambda part: PartitionWriter(replica_manager, metadata, part),
+                                            channels)
 
     async def start(self) -> None:
         """Start the group coordinator and load the offsets partitions this broker leads."""

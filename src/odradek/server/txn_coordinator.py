@@ -9,7 +9,9 @@ transactions"; Kafka's TransactionStateManager topic handling and TransactionCoo
 - loads a partition's transactional ids when this broker becomes its leader (coordinator epoch: the
   partition's leader epoch) and unloads them when it stops leading; completes the runtime's writes
   as the partition's high watermark moves;
-- answers which broker coordinates a transactional id.
+- answers which broker coordinates a transactional id;
+- writes markers through `LocalMarkerWriter` on one broker, through `ClusterMarkerWriter`
+  (`txn_marker_channel.py`: WriteTxnMarkers to each partition's leader) in a cluster.
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ from odradek.cluster.topics import TopicInfo
 from odradek.coordinator.runtime import CoordinatorError, CoordinatorLog, GroupCoordinator
 from odradek.coordinator.transactions import TxnConfig
 from odradek.coordinator.transactions_records import TRANSACTION_STATE_TOPIC, partition_for
-from odradek.coordinator.transactions_runtime import TransactionCoordinator
+from odradek.coordinator.transactions_runtime import MarkerWriter, TransactionCoordinator
 from odradek.protocol.error_codes import ErrorCode
 from odradek.server.config import BrokerConfig
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.metadata_cache import MetadataCache, MetadataImage
 from odradek.server.partition import Partition, TopicPartition
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.inter_broker import BrokerChannels
+from odradek.server.txn_marker_channel import ClusterMarkerWriter
 from odradek.server.txn_markers import LocalMarkerWriter
 
 log = logging.getLogger("odradek.transactions")
@@ -48,7 +52,8 @@ class TxnCoordinators:
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, metadata: MetadataCache,
                  controller: ControllerChannel, clock: Callable[[], int],
                  group: Callable[[], GroupCoordinator | None],
-                 writer_for: Callable[[Partition], CoordinatorLog]) -> None:
+                 writer_for: Callable[[Partition], CoordinatorLog],
+                 channels: BrokerChannels | None = None) -> None:
         self.broker_id = broker_id
         self.replica_manager = replica_manager
         self.metadata = metadata
@@ -56,11 +61,17 @@ class TxnCoordinators:
         self.clock = clock
         self.group = group
         self.writer_for = writer_for   # the runtime's log port over a partition (as for groups)
+        self.channels = channels   # in a cluster: markers for partitions led elsewhere go over these
         self.coordinator: TransactionCoordinator | None = None
+        self.cluster_markers: ClusterMarkerWriter | None = None
 
     async def start(self) -> None:
-        coordinator = TransactionCoordinator(txn_config(self.metadata.config), self.clock,
-                                             LocalMarkerWriter(self.replica_manager, self.group, self.clock))
+        local = LocalMarkerWriter(self.replica_manager, self.group, self.clock)
+        markers: MarkerWriter = local
+        if self.channels is not None:
+            markers = self.cluster_markers = ClusterMarkerWriter(self.broker_id, self.metadata, self.channels,
+                                                                 local)
+        coordinator = TransactionCoordinator(txn_config(self.metadata.config), self.clock, markers)
         await coordinator.start()
         self.coordinator = coordinator
         self.replica_manager.add_leadership_listener(self._leadership_changed)
@@ -71,6 +82,9 @@ class TxnCoordinators:
         if self.coordinator is not None:
             await self.coordinator.aclose()
             self.coordinator = None
+        if self.cluster_markers is not None:
+            await self.cluster_markers.aclose()
+            self.cluster_markers = None
 
     def txn_coordinator(self) -> TransactionCoordinator:
         if self.coordinator is None:

@@ -46,7 +46,9 @@ from odradek.cluster.registration import (
     try_become_controller,
 )
 from odradek.cluster.store import BadVersionError, Create, NodeExistsError, NoNodeError, SetData, StoreError
-from odradek.cluster.topics import OFFSETS_TOPIC, PartitionState, TopicInfo, config_path, state_node, state_path
+from odradek.cluster.topics import (
+    OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, PartitionState, TopicInfo, config_path, state_node, state_path,
+)
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError, for_code
 from odradek.protocol.messages import controlled_shutdown as csm
 from odradek.protocol.messages import create_topics as ctm
@@ -567,6 +569,10 @@ class ZkCluster(EmbeddedController):
         caller answers COORDINATOR_NOT_AVAILABLE until the controller has propagated it."""
         if name == OFFSETS_TOPIC:      # a cluster waits for the full replication factor, as Kafka does
             replication_factor = self.config.get("offsets.topic.replication.factor")
+        elif name == TRANSACTION_STATE_TOPIC:
+            replication_factor = self.config.get("transaction.state.log.replication.factor")
+            min_isr = min(self.config.get("transaction.state.log.min.isr"), replication_factor)
+            configs = {**configs, "min.insync.replicas": str(min_isr)}
         self.request_creation([(name, num_partitions, replication_factor, configs)])
         return None, ErrorCode.COORDINATOR_NOT_AVAILABLE, "the controller is creating it"
 
