@@ -18,9 +18,7 @@ CoordinatorLoader).
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Iterable
 from typing import Callable
 
 from odradek.cluster.topics import TopicInfo
@@ -31,8 +29,9 @@ from odradek.protocol.error_codes import ErrorCode
 from odradek.server.config import BrokerConfig
 from odradek.server.log_validator import LOG_APPEND_TIME, topic_rules, validate
 from odradek.server.metadata_cache import MetadataCache, MetadataImage
-from odradek.server.partition import Partition, TopicPartition
+from odradek.server.partition import Partition
 from odradek.server.controller_channel import ControllerChannel
+from odradek.server.coordinator_leadership import LeadershipFollower
 from odradek.server.inter_broker import BrokerChannels
 from odradek.server.replica_manager import ReplicaManager
 from odradek.storage.producer_state import ProducerStateError
@@ -114,9 +113,9 @@ class Coordinators:
         group = GroupCoordinator(group_config(self.metadata.config), self.clock)
         await group.start()
         self.group = group
-        self.replica_manager.add_leadership_listener(self._leadership_changed)
+        LeadershipFollower(OFFSETS_TOPIC, self.replica_manager, self.metadata, lambda: self.group,
+                           lambda part: PartitionWriter(self.replica_manager, self.metadata, part)).attach()
         self.metadata.add_listener(self._image_changed)
-        self._elect_led()
         await self.transactions.start()
 
     async def aclose(self) -> None:
@@ -131,38 +130,10 @@ class Coordinators:
         return self.group
 
     # ------------------------------------------------------------------------------ leadership
-    def _leadership_changed(self, leaders: list[Partition], followers: list[Partition],
-                            stopped: list[TopicPartition]) -> None:
-        self._elect(p for p in leaders if p.topic == OFFSETS_TOPIC)
-        for key in [p.key for p in followers] + stopped:
-            if key[0] == OFFSETS_TOPIC and self.group is not None:
-                self.replica_manager.remove_high_watermark_listener(key)
-                self.group.resign(key[1])
-
     def _image_changed(self, old: MetadataImage, new: MetadataImage) -> None:
-        """The offsets topic appeared (or grew): load the partitions of it this broker leads. Topics
-        went away: their committed offsets go from every group coordinated here."""
-        info = new.topic(OFFSETS_TOPIC)
-        if info is not None and info is not old.topic(OFFSETS_TOPIC):
-            self._elect_led()
+        """Topics went away: their committed offsets go from every group coordinated here."""
         if len(new.topics) < len(old.topics):
             self.topics_deleted(set(old.topics) - set(new.topics))
-
-    def _elect_led(self) -> None:
-        self._elect(p for p in self.replica_manager.partitions() if p.topic == OFFSETS_TOPIC and p.is_leader)
-
-    def _elect(self, partitions: Iterable[Partition]) -> None:
-        group = self.group
-        info = self.metadata.topic(OFFSETS_TOPIC)
-        if group is None:
-            return
-        for part in partitions:
-            count = len(info.partitions) if info is not None else group.partition_count
-            if count is None or group.owns(part.index):
-                continue
-            self.replica_manager.add_high_watermark_listener(
-                part.key, functools.partial(group.high_watermark_advanced, part.index))
-            group.elect(part.index, PartitionWriter(self.replica_manager, self.metadata, part), count)
 
     # ------------------------------------------------------------------------------ finding
     def ensure_offsets_topic(self) -> TopicInfo | None:

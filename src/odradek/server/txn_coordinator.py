@@ -16,9 +16,7 @@ transactions"; Kafka's TransactionStateManager topic handling and TransactionCoo
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Iterable
 from typing import Callable
 
 from odradek.cluster.topics import TopicInfo
@@ -29,8 +27,9 @@ from odradek.coordinator.transactions_runtime import MarkerWriter, TransactionCo
 from odradek.protocol.error_codes import ErrorCode
 from odradek.server.config import BrokerConfig
 from odradek.server.controller_channel import ControllerChannel
-from odradek.server.metadata_cache import MetadataCache, MetadataImage
-from odradek.server.partition import Partition, TopicPartition
+from odradek.server.coordinator_leadership import LeadershipFollower
+from odradek.server.metadata_cache import MetadataCache
+from odradek.server.partition import Partition
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.inter_broker import BrokerChannels
 from odradek.server.txn_marker_channel import ClusterMarkerWriter
@@ -74,9 +73,8 @@ class TxnCoordinators:
         coordinator = TransactionCoordinator(txn_config(self.metadata.config), self.clock, markers)
         await coordinator.start()
         self.coordinator = coordinator
-        self.replica_manager.add_leadership_listener(self._leadership_changed)
-        self.metadata.add_listener(self._image_changed)
-        self._elect_led()
+        LeadershipFollower(TRANSACTION_STATE_TOPIC, self.replica_manager, self.metadata, lambda: self.coordinator,
+                           self.writer_for).attach()
 
     async def aclose(self) -> None:
         if self.coordinator is not None:
@@ -90,37 +88,6 @@ class TxnCoordinators:
         if self.coordinator is None:
             raise CoordinatorError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         return self.coordinator
-
-    # ------------------------------------------------------------------------------ leadership
-    def _leadership_changed(self, leaders: list[Partition], followers: list[Partition],
-                            stopped: list[TopicPartition]) -> None:
-        self._elect(p for p in leaders if p.topic == TRANSACTION_STATE_TOPIC)
-        for key in [p.key for p in followers] + stopped:
-            if key[0] == TRANSACTION_STATE_TOPIC and self.coordinator is not None:
-                self.replica_manager.remove_high_watermark_listener(key)
-                self.coordinator.resign(key[1])
-
-    def _image_changed(self, old: MetadataImage, new: MetadataImage) -> None:
-        info = new.topic(TRANSACTION_STATE_TOPIC)
-        if info is not None and info is not old.topic(TRANSACTION_STATE_TOPIC):
-            self._elect_led()
-
-    def _elect_led(self) -> None:
-        self._elect(p for p in self.replica_manager.partitions()
-                    if p.topic == TRANSACTION_STATE_TOPIC and p.is_leader)
-
-    def _elect(self, partitions: Iterable[Partition]) -> None:
-        coordinator = self.coordinator
-        info = self.metadata.topic(TRANSACTION_STATE_TOPIC)
-        if coordinator is None:
-            return
-        for part in partitions:
-            count = len(info.partitions) if info is not None else coordinator.partition_count
-            if count is None or coordinator.owns(part.index):
-                continue
-            self.replica_manager.add_high_watermark_listener(
-                part.key, functools.partial(coordinator.high_watermark_advanced, part.index))
-            coordinator.elect(part.index, self.writer_for(part), count, max(part.leader_epoch, 0))
 
     # ------------------------------------------------------------------------------ finding
     def ensure_topic(self) -> TopicInfo | None:
