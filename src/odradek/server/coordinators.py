@@ -32,6 +32,7 @@ from odradek.server.metadata_cache import MetadataCache, MetadataImage
 from odradek.server.partition import Partition
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.coordinator_leadership import LeadershipFollower
+from odradek.server.internal_topics import ensure_internal_topic
 from odradek.server.inter_broker import BrokerChannels
 from odradek.server.replica_manager import ReplicaManager
 from odradek.storage.producer_state import ProducerStateError
@@ -138,21 +139,7 @@ class Coordinators:
     # ------------------------------------------------------------------------------ finding
     def ensure_offsets_topic(self) -> TopicInfo | None:
         """The offsets topic, created on first need; None if it cannot be created."""
-        info = self.metadata.topic(OFFSETS_TOPIC)
-        if info is None:
-            config = self.metadata.config
-            replication = min(config.get("offsets.topic.replication.factor"),
-                              len(self.metadata.image.live_broker_ids()))
-            info, error, message = self.controller.create_topic(
-                OFFSETS_TOPIC, config.get("offsets.topic.num.partitions"), replication,
-                {"cleanup.policy": "compact", "compression.type": "producer",
-                 "segment.bytes": str(config.get("offsets.topic.segment.bytes"))})
-            if info is None:
-                info = self.metadata.topic(OFFSETS_TOPIC)
-                if info is None:
-                    log.error("cannot create %s: %s %s", OFFSETS_TOPIC, error.name, message or "")
-                    return None
-        return info
+        return ensure_internal_topic(OFFSETS_TOPIC, self.metadata, self.controller)
 
     def group_coordinator_id(self, group_id: str) -> int | None:
         """The broker leading the group's offsets partition (creating the topic first); None if none."""

@@ -31,6 +31,7 @@ from odradek.server.coordinator_leadership import LeadershipFollower
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.partition import Partition
 from odradek.server.replica_manager import ReplicaManager
+from odradek.server.internal_topics import ensure_internal_topic
 from odradek.server.inter_broker import BrokerChannels
 from odradek.server.txn_marker_channel import ClusterMarkerWriter
 from odradek.server.txn_markers import LocalMarkerWriter
@@ -92,23 +93,7 @@ class TxnCoordinators:
     # ------------------------------------------------------------------------------ finding
     def ensure_topic(self) -> TopicInfo | None:
         """__transaction_state, created on first need; None if it cannot be created."""
-        info = self.metadata.topic(TRANSACTION_STATE_TOPIC)
-        if info is None:
-            config = self.metadata.config
-            replication = min(config.get("transaction.state.log.replication.factor"),
-                              len(self.metadata.image.live_broker_ids()))
-            min_isr = min(config.get("transaction.state.log.min.isr"), max(replication, 1))
-            info, error, message = self.controller.create_topic(
-                TRANSACTION_STATE_TOPIC, config.get("transaction.state.log.num.partitions"), replication,
-                {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                 "min.insync.replicas": str(min_isr),
-                 "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))})
-            if info is None:
-                info = self.metadata.topic(TRANSACTION_STATE_TOPIC)
-                if info is None:
-                    log.error("cannot create %s: %s %s", TRANSACTION_STATE_TOPIC, error.name, message or "")
-                    return None
-        return info
+        return ensure_internal_topic(TRANSACTION_STATE_TOPIC, self.metadata, self.controller)
 
     def coordinator_id(self, transactional_id: str) -> int | None:
         """The broker leading the id's __transaction_state partition (creating the topic first)."""

@@ -20,14 +20,14 @@ from __future__ import annotations
 import uuid
 
 from odradek.cluster.controller import MAX_PARTITIONS_PER_REQUEST
-from odradek.cluster.topics import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, OFFSETS_TOPIC, \
-    TRANSACTION_STATE_TOPIC, TopicInfo, validate_topic_name
+from odradek.cluster.topics import CLUSTER_METADATA_TOPIC, INTERNAL_TOPICS, TopicInfo, validate_topic_name
 from odradek.protocol.codec import ZERO_UUID
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import metadata as m
 from odradek.server.apis.admin_cluster import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
-from odradek.server.config import BrokerConfig, ConfigError, TopicConfig
+from odradek.server.config import ConfigError, TopicConfig
 from odradek.server.context import RequestContext
+from odradek.server.internal_topics import creation_spec
 from odradek.server.slices import Slices
 
 
@@ -115,22 +115,6 @@ async def handle_metadata(ctx: RequestContext, request: m.MetadataRequest) -> m.
 
 
 # ------------------------------------------------------------------------------------------ auto-creation
-def creation_spec(name: str, config: BrokerConfig) -> tuple[int, int, dict[str, str]]:
-    """(partitions, replication factor, configs) of an auto-created topic (AutoTopicCreationManager:
-    the group and transaction coordinators' own topic configs for the internal topics)."""
-    if name == OFFSETS_TOPIC:
-        return (config.get("offsets.topic.num.partitions"), config.get("offsets.topic.replication.factor"),
-                {"cleanup.policy": "compact", "compression.type": "producer",
-                 "segment.bytes": str(config.get("offsets.topic.segment.bytes"))})
-    if name == TRANSACTION_STATE_TOPIC:
-        return (config.get("transaction.state.log.num.partitions"),
-                config.get("transaction.state.log.replication.factor"),
-                {"unclean.leader.election.enable": "false", "compression.type": "uncompressed",
-                 "cleanup.policy": "compact", "min.insync.replicas": str(config.get("transaction.state.log.min.isr")),
-                 "segment.bytes": str(config.get("transaction.state.log.segment.bytes"))})
-    return -1, -1, {}
-
-
 async def auto_create_topics(ctx: RequestContext, names: list[str]) -> dict[str, tuple[TopicInfo | None, ErrorCode]]:
     """Create the missing topics a Metadata request names, as far as the request's bound allows."""
     out: dict[str, tuple[TopicInfo | None, ErrorCode]] = {}
@@ -153,9 +137,7 @@ async def auto_create_topics(ctx: RequestContext, names: list[str]) -> dict[str,
                 if name == CLUSTER_METADATA_TOPIC:
                     out[name] = (None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     continue
-                partitions, factor, configs = creation_spec(name, config)
-                if name in INTERNAL_TOPICS:
-                    factor = min(factor, len(live))
+                partitions, factor, configs = creation_spec(name, config, len(live))
                 if (partitions if partitions > 0 else channel.topic_defaults()[0]) > budget:
                     out[name] = (None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     continue
