@@ -18,7 +18,7 @@ import pytest
 
 from .clients import confluent_config, wait_until
 from .conftest import ROOT
-from .txn_support import end_offsets, read_values
+from .txn_support import end_offsets, read_values, run_copier_killed, seed_input
 
 BROKER_OVERRIDES = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": 200,
@@ -144,46 +144,12 @@ def _start_copier(broker, source: str, target: str, partitions: int) -> subproce
 
 
 def test_copier_killed_repeatedly_copies_exactly_once(broker, admin):
-    from confluent_kafka import Producer
     source, target, partitions, total = "copy-in", "copy-out", 3, 10000
     _topic(admin, source, partitions)
     _topic(admin, target, partitions)
-    p = Producer(confluent_config(broker.bootstrap, **{"enable.idempotence": True}))
-    for i in range(total):
-        p.produce(source, b"record-%05d" % i, partition=i % partitions)
-    assert p.flush(60) == 0
-
-    kills = 0
-    progress = 0
-
-    def mid_transaction() -> bool:
-        # Output on the broker past the last stable offset: a transaction holds records right now.
-        # (The last stable offset first: read later, it could pass a high watermark read earlier.)
-        lso = sum(end_offsets(broker.bootstrap, target, partitions, "read_committed"))
-        hw = sum(end_offsets(broker.bootstrap, target, partitions, "read_uncommitted"))
-        return hw > progress and hw > lso
-
-    while kills < 5:
-        proc = _start_copier(broker, source, target, partitions)
-        try:
-            # Kill it while one of its transactions holds output it has written since the last kill.
-            wait_until(lambda: mid_transaction() or proc.poll() is not None, 60, "the copier to make progress")
-            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-            proc.stdout.close()
-        progress = sum(end_offsets(broker.bootstrap, target, partitions, "read_uncommitted"))
-        kills += 1
-    proc = _start_copier(broker, source, target, partitions)
-    try:
-        wait_until(lambda: len(read_values(broker.bootstrap, target, partitions, "read_committed")) >= total,
-                   120, "the last copier to finish")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        proc.stdout.close()
+    seed_input(broker.bootstrap, source, partitions, total)
+    kills = run_copier_killed(broker.bootstrap, target, partitions, total,
+                              lambda: _start_copier(broker, source, target, partitions))
     copied = read_values(broker.bootstrap, target, partitions, "read_committed")
     uncommitted = read_values(broker.bootstrap, target, partitions, "read_uncommitted")
     print(f"copier: {kills} kills, {len(uncommitted)} records in the output log, {len(copied)} committed")

@@ -3,7 +3,11 @@ end offsets a read_committed or read_uncommitted reader sees (ListOffsets with a
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
+from typing import Callable
 
 from .clients import confluent_config
 
@@ -53,3 +57,51 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, isolation: str) -> 
     finally:
         c.close()
 
+
+
+def seed_input(bootstrap: str, topic: str, partitions: int, total: int) -> None:
+    """`total` records b"record-NNNNN", round-robin over the partitions, written idempotently."""
+    from confluent_kafka import Producer
+    p = Producer(confluent_config(bootstrap, **{"enable.idempotence": True}))
+    for i in range(total):
+        p.produce(topic, b"record-%05d" % i, partition=i % partitions)
+    assert p.flush(60) == 0
+
+
+def run_copier_killed(bootstrap: str, target: str, partitions: int, total: int,
+                      start_copier: Callable[[], subprocess.Popen], kills: int = 5) -> int:
+    """Start a copier, kill it (SIGKILL to its process group) while one of its transactions holds
+    output written since the previous kill, `kills` times; then let a last one finish the `total`
+    records. Returns how many kills were made."""
+    from .clients import wait_until
+    made = 0
+    progress = 0
+
+    def mid_transaction() -> bool:
+        # Output on the broker past the last stable offset: a transaction holds records right now.
+        # (The last stable offset first: read later, it could pass a high watermark read earlier.)
+        lso = sum(end_offsets(bootstrap, target, partitions, "read_committed"))
+        hw = sum(end_offsets(bootstrap, target, partitions, "read_uncommitted"))
+        return hw > progress and hw > lso
+
+    while made < kills:
+        proc = start_copier()
+        try:
+            wait_until(lambda: mid_transaction() or proc.poll() is not None, 60, "the copier to make progress")
+            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")  # type: ignore[union-attr]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            proc.stdout.close()  # type: ignore[union-attr]
+        progress = sum(end_offsets(bootstrap, target, partitions, "read_uncommitted"))
+        made += 1
+    proc = start_copier()
+    try:
+        wait_until(lambda: len(read_values(bootstrap, target, partitions, "read_committed")) >= total,
+                   120, "the last copier to finish")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        proc.stdout.close()  # type: ignore[union-attr]
+    return made
