@@ -9,7 +9,6 @@ copies every input record exactly once; the same commit and abort with kafka-pyt
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
