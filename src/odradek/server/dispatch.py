@@ -12,6 +12,7 @@ id, client id, peer, time spent and the top-level error; off unless asked for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -22,7 +23,7 @@ from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
 from odradek.protocol.headers import API_VERSIONS_KEY, RequestHeader
 from odradek.protocol.messages import api_versions
 from odradek.server.context import RequestContext, Workers
-from odradek.server.network import Connection, ConnectionClosing
+from odradek.server.network import Connection, ConnectionClosing, Later
 
 log = logging.getLogger("odradek.requests")
 INLINE_DECODE_MAX_BYTES = 64 * 1024
@@ -41,7 +42,7 @@ class Dispatcher:
         self.handlers = handlers
         self.workers = workers
 
-    async def __call__(self, conn: Connection, frame: bytes) -> list | None:
+    async def __call__(self, conn: Connection, frame: bytes) -> list | Later | None:
         try:
             if len(frame) > INLINE_DECODE_MAX_BYTES and frame[:2] != PRODUCE_KEY:
                 # Decoding is Python work that grows with the request (a Metadata request naming a
@@ -69,6 +70,19 @@ class Dispatcher:
         logged = rlog.isEnabledFor(logging.DEBUG)
         started = time.monotonic() if logged else 0.0
         response = await handler(self.new_context(conn, header), request)
+        if isinstance(response, Later):
+            # The handler's answer comes later (network.Later): encode it then, and let the
+            # connection go on meanwhile.
+            return Later(asyncio.ensure_future(self._finish(conn, header, rlog, logged, started, response.answer)))
+        return self._encode(conn, header, rlog, logged, started, response)
+
+    async def _finish(self, conn: Connection, header: RequestHeader, rlog: logging.Logger, logged: bool,
+                      started: float, answer: Awaitable[Any]) -> list | None:
+        return self._encode(conn, header, rlog, logged, started, await answer)
+
+    @staticmethod
+    def _encode(conn: Connection, header: RequestHeader, rlog: logging.Logger, logged: bool, started: float,
+                response: Any) -> list | None:
         if logged:
             rlog.debug("Completed request %s v%d correlation %d from client %r at %s:%s in %.1f ms: %s",
                        rlog.name.rsplit(".", 1)[-1], header.api_version, header.correlation_id,

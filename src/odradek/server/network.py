@@ -1,9 +1,21 @@
 """Listeners and connections: the asyncio shell around the sans-I/O framing.
 
 Seed 003, "Network Layer" and "Protocol": one connection carries requests that the broker answers in
-the order they arrived. As in Kafka, a connection has one request in flight: once a read completes a
+the order they arrived. As in Kafka, a connection handles one request at a time: once a read completes a
 request the connection is muted (it stops reading) until every request that read brought is answered,
 so the bytes of further pipelined requests stay in the kernel, not in the broker.
+
+One exception, where odradek goes past Kafka: a handler may answer `Later` (an acks=all Produce whose
+records are appended and now wait for the followers). The connection then goes on with the requests
+behind it while the answer is pending, and sends every answer in the order the requests came. At most
+`MAX_PENDING_ANSWERS` answers wait per connection; past that the connection stays muted until one is
+sent. A request handed over this way gives its share of the pool back at once (its bytes are no longer
+held: the records are in the log), as Kafka's requests leave its request queue and memory pool when
+they go to the purgatory; so waiting acknowledgements can never fill the pool and stop the followers'
+fetches that would complete them. Kafka mutes the connection until the acknowledgement instead, so a
+producer's next request is appended only after the followers have the previous one; here the
+followers fetch several requests' records in one round, which is what lets acks=all with replicas keep
+up with a producer that pipelines (librdkafka's default max.in.flight is 1,000,000; Java's is 5).
 
 Reads go into buffers the connection provides (asyncio.BufferedProtocol, `protocol.framing.FrameReader`):
 small requests into a per-connection scratch buffer, a large one into its own buffer, which grows with
@@ -32,15 +44,29 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from odradek.protocol.framing import FrameReader, FrameTooLarge, frame
 from odradek.server.record_slices import native_sendfile
 
 log = logging.getLogger("odradek.network")
 
-# handle(connection, frame) -> chunks to send (a list of buffers and record-set references), or None
-Handler = Callable[["Connection", bytes], Awaitable[list | None]]
+MAX_PENDING_ANSWERS = 32
+
+
+class Later:
+    """An answer that comes after its request's turn: `answer` is awaited for it (by the connection,
+    for chunks to send; by the dispatcher, for a handler's response message)."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: Awaitable[Any]) -> None:
+        self.answer = answer
+
+
+# handle(connection, frame) -> chunks to send (a list of buffers and record-set references), None, or
+# Later(a future of such chunks)
+Handler = Callable[["Connection", bytes], Awaitable["list | Later | None"]]
 
 
 class RequestPool:
@@ -108,6 +134,11 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.paused_for: set[str] = set()           # "muted", "pool"
         self.handling = False                       # a request of pending[0] counts in the pool
+        # answers still to send, in request order (futures of chunks to send)
+        self.answers: collections.deque[asyncio.Future] = collections.deque()
+        self.answering: asyncio.Task | None = None  # sends `answers` as they complete
+        self.room = asyncio.Event()                 # set when `answers` is below MAX_PENDING_ANSWERS
+        self.room.set()
         self.drained = asyncio.Event()
         self.drained.set()
 
@@ -181,7 +212,7 @@ class Connection(asyncio.BufferedProtocol):
         self.drained.set()
         self.listener.forget(self)
         self._release_all()
-        if self.worker is not None and not self.worker.done():
+        if self.busy:
             # Not at once: right after this callback asyncio's transport fails the waiter that
             # loop.sendfile may be parked on, and raises InvalidStateError if we cancelled it first.
             asyncio.get_running_loop().call_soon(self._cancel_worker)
@@ -192,6 +223,10 @@ class Connection(asyncio.BufferedProtocol):
         n = 1 if self.handling else 0
         self.handling = False
         self.pending.clear()
+        for fut in self.answers:
+            fut.cancel()
+        self.answers.clear()
+        self.room.set()
         reserved = self.reader.reserved_bytes
         self.reader = FrameReader(0)     # drop the partial buffer; nothing more is read
         self.pool.forget(self)
@@ -199,16 +234,22 @@ class Connection(asyncio.BufferedProtocol):
             self.pool.release(held + reserved, n)
 
     def _cancel_worker(self) -> None:
-        if self.worker is not None and not self.worker.done():
-            self.worker.cancel()
+        for task in (self.worker, self.answering):
+            if task is not None and not task.done():
+                task.cancel()
+
+    @property
+    def busy(self) -> bool:
+        """Handling a request or sending an answer."""
+        return any(t is not None and not t.done() for t in (self.worker, self.answering))
 
     # ------------------------------------------------------------------------- request loop
     async def _work(self) -> None:
         while self.pending and not self.closed:
             f = self.pending[0]
             # queued.max.requests counts requests being handled: one per connection at most, as in
-            # Kafka, whose channel stages one receive at a time. The rest of what one read brought
-            # (at most the scratch buffer) waits here without counting.
+            # Kafka, whose channel stages one receive at a time (plus the answers pending, see Later).
+            # The rest of what one read brought (at most the scratch buffer) waits here without counting.
             self.pool.add_requests(1)
             self.handling = True
             try:
@@ -222,7 +263,25 @@ class Connection(asyncio.BufferedProtocol):
                 log.exception("unexpected error handling a request from %s; closing", self.peer[0])
                 self.close()
                 return
-            if chunks is not None and not self.closed:
+            if self.closed:
+                if isinstance(chunks, Later) and isinstance(chunks.answer, asyncio.Future):
+                    chunks.answer.cancel()
+                return
+            if isinstance(chunks, Later) or (chunks is not None and self.answers):
+                # Answered later, or answered now behind an earlier answer still pending: in order.
+                self._answer_later(chunks)
+                self.pending.popleft()
+                self.handling = False
+                self.pool.release(len(f), 1)
+                if len(self.answers) >= MAX_PENDING_ANSWERS:
+                    self.room.clear()
+                    await self.room.wait()
+                    if self.closed:
+                        return
+                elif self.pending:
+                    await asyncio.sleep(0)          # let other connections have their turn
+                continue
+            if chunks is not None:
                 try:
                     await self.send(chunks)
                 except (OSError, RuntimeError) as e:
@@ -239,8 +298,52 @@ class Connection(asyncio.BufferedProtocol):
             self.last_active = time.monotonic()
             if self.pending:
                 await asyncio.sleep(0)          # let other connections have their turn
-        if not self.closed:
+        if not self.closed and len(self.answers) < MAX_PENDING_ANSWERS:
             self._resume("muted")
+
+    def _answer_later(self, chunks: "list | Later") -> None:
+        if isinstance(chunks, Later):
+            fut = asyncio.ensure_future(chunks.answer)
+        else:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(chunks)
+        self.answers.append(fut)
+        if self.answering is None or self.answering.done():
+            self.answering = asyncio.get_running_loop().create_task(self._send_answers())
+
+    async def _send_answers(self) -> None:
+        """Send the pending answers in request order as each completes; resume reading once the
+        connection has room again and nothing else is being handled."""
+        while self.answers and not self.closed:
+            fut = self.answers[0]
+            try:
+                chunks = await fut
+            except ConnectionClosing:
+                self.close()
+                return
+            except asyncio.CancelledError:
+                if self.closed:
+                    return
+                raise
+            except Exception:
+                log.exception("unexpected error answering a request from %s; closing", self.peer[0])
+                self.close()
+                return
+            if chunks is not None and not self.closed:
+                try:
+                    await self.send(chunks)
+                except (OSError, RuntimeError) as e:
+                    log.info("closing connection from %s: sending a response failed: %r", self.peer[0], e)
+                    self.abort()
+                    return
+            if self.closed:
+                return
+            self.answers.popleft()
+            self.last_active = time.monotonic()
+            if len(self.answers) < MAX_PENDING_ANSWERS:
+                self.room.set()
+                if not self.pending:
+                    self._resume("muted")
 
     async def send(self, chunks: list) -> None:
         size = 0
@@ -338,7 +441,7 @@ class Listener:
             cutoff = now - self.idle_ms / 1000
             receive_cutoff = now - self.receive_timeout_ms / 1000
             for conn in list(self.connections):
-                if conn.last_active < cutoff and not conn.pending and (conn.worker is None or conn.worker.done()):
+                if conn.last_active < cutoff and not conn.pending and not conn.busy:
                     conn.close()
                 elif conn.receive_started is not None and conn.receive_started < receive_cutoff:
                     log.warning("closing connection from %s: a request of which %d bytes have arrived was "
@@ -357,7 +460,7 @@ class Listener:
                 pass
         busy = []
         for conn in list(self.connections):
-            if conn.worker is not None and not conn.worker.done():
+            if conn.busy:
                 # A busy connection may be stuck writing to a client that does not read: drop it.
                 conn.abort()
                 busy.append(conn)
@@ -369,9 +472,10 @@ class Listener:
         await asyncio.sleep(0)
         workers = []
         for conn in busy:
-            if not conn.worker.done():
-                conn.worker.cancel()
-                workers.append(conn.worker)
+            for task in (conn.worker, conn.answering):
+                if task is not None and not task.done():
+                    task.cancel()
+                    workers.append(task)
         for w in workers:
             try:
                 await w

@@ -20,7 +20,7 @@ It answers every question a request asks of a partition, with Kafka's errors:
 - LeaderAndIsr and StopReplica (`apply_leader_and_isr`, `stop_replicas`): partitions become leaders or
   followers or go away; leadership listeners (coordinator loading) hear of each change.
 
-Bounds: the purgatory holds at most one waiter per connection (one request in flight each); ISR
+Bounds: the purgatory holds at most a few waiters per connection (network.MAX_PENDING_ANSWERS); ISR
 proposals at most one per partition.
 """
 

@@ -12,7 +12,7 @@ from odradek.protocol.messages import fetch as fm
 from odradek.protocol.messages import produce as m
 from odradek.server.apis.fetch import handle_fetch
 from odradek.server.apis.produce import handle_produce
-from odradek.server.network import ConnectionClosing
+from odradek.server.network import ConnectionClosing, Later
 from tests.unit.server.fakes import FakeAlterPartition, batch, context, make_services, topic
 
 PRODUCE = 0
@@ -28,6 +28,12 @@ def _request(acks: int, *parts: tuple[str, int, bytes], timeout_ms: int = 30_000
         by_topic.setdefault(name, []).append(m.PartitionProduceData(index=index, records=records))
     return m.ProduceRequest(acks=acks, timeout_ms=timeout_ms, topic_data=[
         m.TopicProduceData(name=n, partition_data=ps) for n, ps in by_topic.items()])
+
+
+async def _answered(handling) -> m.ProduceResponse:
+    """The handler's response, awaiting it when it is answered later (acks=all waiting for followers)."""
+    response = await handling
+    return await response.answer if isinstance(response, Later) else response
 
 
 def _answers(response: m.ProduceResponse) -> dict[tuple[str, int], tuple[ErrorCode, int]]:
@@ -74,14 +80,16 @@ def test_acks_all_waits_for_the_follower_or_times_out():
                                                                             partition_max_bytes=1 << 20)])])
 
     async def main():
-        producing = asyncio.ensure_future(handle_produce(context(services, PRODUCE, 9),
-                                                         _request(-1, ("r", 0, batch(b"a", b"b")))))
+        first = await handle_produce(context(services, PRODUCE, 9), _request(-1, ("r", 0, batch(b"a", b"b"))))
+        assert isinstance(first, Later)         # appended; the answer waits for the follower
+        producing = asyncio.ensure_future(first.answer)
         for _ in range(5):
             await asyncio.sleep(0)
         assert not producing.done()            # appended, but the follower does not have it yet
         await handle_fetch(context(services, 1, 12), follower_fetch(2))
         assert _answers(await asyncio.wait_for(producing, 1)) == {("r", 0): (ErrorCode.NONE, 0)}
-        r = await handle_produce(context(services, PRODUCE, 9), _request(-1, ("r", 0, batch(b"c")), timeout_ms=0))
+        r = await _answered(handle_produce(context(services, PRODUCE, 9),
+                                           _request(-1, ("r", 0, batch(b"c")), timeout_ms=0)))
         assert _answers(r) == {("r", 0): (ErrorCode.REQUEST_TIMED_OUT, 2)}
         await services.replica_manager.aclose()
 

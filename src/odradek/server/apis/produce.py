@@ -5,7 +5,8 @@ acks=0 sends no response (on an error the connection is closed, as Kafka does, s
 acks=1 answers once the leader has appended; acks=-1 refuses the write when the ISR is smaller than
 `min.insync.replicas` and answers once the high watermark passes every partition's appended records
 (the replica manager's delayed produce), or with REQUEST_TIMED_OUT for those it has not passed when
-`timeout_ms` expires. Errors are per partition; one bad partition loses nothing elsewhere. Lookup,
+`timeout_ms` expires. That wait is answered `Later` (server/network.py): the connection goes on with
+the producer's next requests while the followers fetch, and the answers go out in order. Errors are per partition; one bad partition loses nothing elsewhere. Lookup,
 leadership and the append itself are the replica manager's (`ctx.replica_manager`).
 
 Each partition's records are checked by `log_validator` as Kafka's LogValidator checks them, inline
@@ -35,7 +36,7 @@ from odradek.server.log_validator import (
     LOG_APPEND_TIME, InvalidRecords, NeedsWorker, Validated, needs_worker, topic_rules, validate,
 )
 from odradek.server.metadata_cache import MetadataImage
-from odradek.server.network import ConnectionClosing
+from odradek.server.network import ConnectionClosing, Later
 from odradek.server.partition import Partition
 from odradek.server.workers import Workers
 from odradek.storage.errors import StorageError
@@ -55,7 +56,7 @@ def _error(index: int, code: ErrorCode, message: str | None = None,
                        for i, text in record_errors or ()])
 
 
-async def handle_produce(ctx: RequestContext, request: m.ProduceRequest) -> m.ProduceResponse | None:
+async def handle_produce(ctx: RequestContext, request: m.ProduceRequest) -> m.ProduceResponse | Later | None:
     now = ctx.clock()
     image = ctx.metadata.image
     acks = request.acks
@@ -78,16 +79,29 @@ async def handle_produce(ctx: RequestContext, request: m.ProduceRequest) -> m.Pr
         if any_error:
             raise ConnectionClosing()
         return None
+    answer = m.ProduceResponse(responses=responses, throttle_time_ms=0)
     if waiting:
-        rm = ctx.replica_manager
         required = [(p, end) for p, end, _ in waiting]
-        codes = rm.acks_done(required)
+        codes = ctx.replica_manager.acks_done(required)
         if codes is None:
-            codes = await rm.wait_for_acks(required, request.timeout_ms)
-        for (_, _, response), code in zip(waiting, codes):
-            if code:
-                response.error_code = code
-    return m.ProduceResponse(responses=responses, throttle_time_ms=0)
+            # Appended; the followers still have to fetch it. The connection goes on with the requests
+            # behind this one meanwhile (network.Later), answering in order.
+            return Later(_acknowledged(ctx, required, waiting, answer, request.timeout_ms))
+        _set_codes(waiting, codes)
+    return answer
+
+
+async def _acknowledged(ctx: RequestContext, required: list[tuple[Partition, int]],
+                        waiting: list[tuple[Partition, int, m.PartitionProduceResponse]],
+                        answer: m.ProduceResponse, timeout_ms: int) -> m.ProduceResponse:
+    _set_codes(waiting, await ctx.replica_manager.wait_for_acks(required, timeout_ms))
+    return answer
+
+
+def _set_codes(waiting: list[tuple[Partition, int, m.PartitionProduceResponse]], codes: list[ErrorCode]) -> None:
+    for (_, _, response), code in zip(waiting, codes):
+        if code:
+            response.error_code = code
 
 
 async def _produce_partition(ctx: RequestContext, image: MetadataImage, name: str | None, pd: m.PartitionProduceData,
