@@ -239,6 +239,79 @@ def test_a_consumer_group_goes_on_when_its_coordinator_dies(cluster):
     wait_for("the killed coordinator back in every ISR", lambda: _all_in_sync(cluster, "grouped"), timeout=90)
 
 
+def test_a_consumer_protocol_group_goes_on_when_its_coordinator_dies(cluster):
+    """KIP-848 (seed 002) with librdkafka's `group.protocol=consumer`: two members share a topic; the
+    group's coordinator broker is killed. The new leader of the group's offsets partition replays the
+    group's records (group epoch, target assignment, member epochs) and the members go on heartbeating
+    with their epochs: no sampled moment has a partition owned by both, every record is consumed, the
+    committed offsets are intact, and the group is described by the new coordinator as a consumer group
+    with both members."""
+    from confluent_kafka import Consumer, TopicPartition
+    cluster.create_topic("grouped-848", 4, 3, {"min.insync.replicas": "2"})
+    _write(cluster, "grouped-848", range(4000), "all")
+    config = {"bootstrap.servers": cluster.bootstrap, "group.id": "survivors-848", "group.protocol": "consumer",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    members = [Consumer({**config, "client.id": f"m{i}"}) for i in range(2)]
+    seen: set[int] = set()
+    overlaps: list = []
+
+    def poll_all() -> int:
+        for c in members:
+            seen.update(int(m.value()) for m in c.consume(500, 0.2) if not m.error())
+        owned = [{tp.partition for tp in c.assignment()} for c in members]
+        if owned[0] & owned[1]:
+            overlaps.append(owned)
+        return len(seen)
+
+    def both_assigned() -> bool:
+        poll_all()
+        return all(c.assignment() for c in members)
+
+    def commit_positions() -> None:
+        for c in members:   # explicit positions: sent even when unchanged since the last commit
+            owned = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+            if owned:
+                refused = [tp for tp in c.commit(offsets=owned, asynchronous=False) if tp.error is not None]
+                assert not refused, refused
+
+    def committed() -> dict[int, int]:
+        return {tp.partition: tp.offset for tp in members[0].committed(
+            [TopicPartition("grouped-848", i) for i in range(4)], timeout=10)}
+
+    def all_committed_at_the_end() -> bool:
+        # Partitions may still move between the members (the second one's share, taken from the first
+        # after it joined); each owner goes on from the group's committed offset.
+        poll_all()
+        commit_positions()
+        return sum(committed().values()) == 4000
+
+    try:
+        for c in members:
+            c.subscribe(["grouped-848"])
+        wait_for("both members assigned", both_assigned, timeout=90)
+        wait_for("a first part consumed", lambda: poll_all() >= 1000)
+        commit_positions()
+        before = committed()
+        coordinator = _coordinator_of(cluster, "survivors-848")
+        cluster.brokers[coordinator].kill()
+        wait_for("every record consumed", lambda: poll_all() >= 4000, timeout=120)
+        wait_for("every partition committed at its end through the new coordinator", all_committed_at_the_end,
+                 timeout=90)
+        after = committed()
+        admin = cluster.admin()         # kept: a client destroyed first would leave the future unanswered
+        described = admin.describe_consumer_groups(["survivors-848"])["survivors-848"].result(30)
+    finally:
+        for c in members:
+            c.close()
+    assert seen == set(range(4000))
+    assert not overlaps, overlaps[:3]
+    assert all(after[i] >= before[i] for i in range(4)), (before, after)   # nothing committed went back
+    assert described.coordinator.id != coordinator
+    assert described.type.name == "CONSUMER" and {m.client_id for m in described.members} == {"m0", "m1"}
+    cluster.brokers[coordinator].start()
+    wait_for("the killed coordinator back in every ISR", lambda: _all_in_sync(cluster, "grouped-848"), timeout=90)
+
+
 def test_kafka_python_group_goes_on_when_its_coordinator_dies(cluster):
     from kafka import KafkaConsumer
     cluster.create_topic("grouped-kp", 2, 3)
