@@ -5,14 +5,15 @@ Semantics"), run as its own process so a test can kill it with SIGKILL: the same
     python -m tests.integration.aio_txn_copier BOOTSTRAP INPUT OUTPUT PARTITIONS GROUP TRANSACTIONAL_ID CHUNK PROCESS_MS
 
 It takes the transactional id first (the producer's start() runs InitProducerId, which fences a killed
-predecessor and aborts its open transaction and pending offsets), then assigns itself every input
-partition (aiokafka starts an assigned partition at the group's committed offset), copies each polled
-chunk (at most CHUNK records) to OUTPUT with the value prefixed by "copied:" and commits it with the
-consumer's next positions in one transaction (send_offsets_to_transaction with the group id: aiokafka
-sends no member id or generation). PROCESS_MS is the work a chunk stands for: the copied records sit on
-the broker, uncommitted, that long before the commit; half of it comes after
-send_offsets_to_transaction, so a kill lands as often while the transaction holds the group's pending
-offsets as before they joined it. It prints "ready" once it holds the transactional id, and runs until
+predecessor and aborts its open transaction and pending offsets; it must come before the consumer
+fetches its offsets, as aiokafka's OffsetFetch v3 does not ask for stable offsets), then assigns itself
+every input partition (aiokafka starts an assigned partition at the group's committed offset), copies
+each polled chunk (at most CHUNK records) to OUTPUT with the value prefixed by "copied:" and commits it
+with the consumer's next positions in one transaction (send_offsets_to_transaction with the group id:
+aiokafka sends no member id or generation). PROCESS_MS is the work a chunk stands for: the copied
+records sit on the broker, uncommitted, that long before the commit; half of it comes after
+send_offsets_to_transaction, so kills land both before the group's offsets joined the transaction and
+while it holds them pending. It prints "ready" once it holds the transactional id, and runs until
 killed.
 """
 

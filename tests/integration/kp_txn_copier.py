@@ -10,9 +10,9 @@ starts an assigned partition at the group's committed offset), copies each polle
 records) to OUTPUT with the value prefixed by "copied:" and commits it with the consumer's next
 positions in one transaction (send_offsets_to_transaction with the consumer's group metadata).
 PROCESS_MS is the work a chunk stands for: the copied records sit on the broker, uncommitted, that long
-before the commit; half of it comes after send_offsets_to_transaction, so a kill lands as often while
-the transaction holds the group's pending offsets as before they joined it. It prints "ready" once it
-holds the transactional id, and runs until killed.
+before the commit; half of it comes after send_offsets_to_transaction, so kills land both before the
+group's offsets joined the transaction and while it holds them pending. It prints "ready" once it holds
+the transactional id, and runs until killed.
 """
 
 from __future__ import annotations
