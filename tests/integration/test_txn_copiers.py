@@ -2,21 +2,25 @@
 KIP-447) written with kafka-python (`kp_txn_copier`) and with aiokafka (`aio_txn_copier`):
 read-process-write with send_offsets_to_transaction, killed with SIGKILL five times and restarted,
 still copies every input record exactly once for a read_committed reader, while a read_uncommitted
-reader also sees the records of the killed copiers' aborted transactions.
+reader also sees the records of the killed copiers' aborted transactions. The output is read by
+confluent-kafka and by the copier's own client, with each isolation level, and both see the same.
 
 Each test copies 100,000 records in chunks of 5,000 with 200 ms of work a chunk (about 20 committed
 transactions; the confluent-kafka test copies 10,000 in chunks of 1,000 with 1 s of work). Every
 kill lands after the running copier committed a transaction of its own and while its next one holds
 copied records (`commit_between_kills`), so the kills are spread over the copy; half of each chunk's
 work comes after send_offsets_to_transaction, so some kills leave pending group offsets behind that
-the restart must abort. About 20 s with kafka-python and 13 s with aiokafka on two cores.
+the restart must abort. About 20-25 s with kafka-python and 13 s with aiokafka on two cores.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
+from typing import Callable
 
 from .conftest import ROOT
 from .txn_support import read_records, run_copier_killed, seed_input
@@ -45,7 +49,56 @@ def _start(module: str, broker, source: str, target: str, partitions: int, name:
                             start_new_session=True)
 
 
-def _copy_killed_repeatedly(broker, admin, module: str, name: str, total: int, chunk: int, process_ms: int) -> None:
+def _read_kafka_python(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record kafka-python's consumer with `isolation` hands out up to
+    each partition's end as it asks for it (the last stable offset for read_committed)."""
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                      request_timeout_ms=15000)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        c.assign(tps)
+        c.seek_to_beginning()
+        ends = c.end_offsets(tps)
+        out: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while any(c.position(tp) < ends[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"kafka-python did not read {topic} to its end ({isolation})"
+            for tp, records in c.poll(timeout_ms=200).items():
+                out += [(tp.partition, r.offset, r.value) for r in records]
+        return out
+    finally:
+        c.close()
+
+
+def _read_aiokafka(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple[int, int, bytes]]:
+    """As `_read_kafka_python`, with aiokafka's consumer."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def read() -> list[tuple[int, int, bytes]]:
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False)
+        await c.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            c.assign(tps)
+            await c.seek_to_beginning()
+            ends = await c.end_offsets(tps)
+            out: list[tuple[int, int, bytes]] = []
+            deadline = time.monotonic() + 60
+            while any([await c.position(tp) < ends[tp] for tp in tps]):
+                assert time.monotonic() < deadline, f"aiokafka did not read {topic} to its end ({isolation})"
+                for tp, records in (await c.getmany(timeout_ms=200)).items():
+                    out += [(tp.partition, r.offset, r.value) for r in records]
+            return out
+        finally:
+            await c.stop()
+    return asyncio.run(read())
+
+
+def _copy_killed_repeatedly(broker, admin, module: str, name: str, total: int, chunk: int, process_ms: int,
+                            read_own: Callable[[str, str, int, str], list[tuple[int, int, bytes]]]) -> None:
     source, target, partitions = f"{name}-in", f"{name}-out", 3
     _topic(admin, source, partitions)
     _topic(admin, target, partitions)
@@ -68,6 +121,9 @@ def _copy_killed_repeatedly(broker, admin, module: str, name: str, total: int, c
     assert aborted, "no kill left an open transaction behind"
     assert len(everything) == len(committed) + len(aborted)
     assert {v for _, _, v in aborted} <= set(copied), "an aborted record is not a copy of an input record"
+    # The copier's own client reads the output as confluent-kafka does, with each isolation level.
+    assert sorted(read_own(broker.bootstrap, target, partitions, "read_committed")) == sorted(committed)
+    assert sorted(read_own(broker.bootstrap, target, partitions, "read_uncommitted")) == sorted(everything)
     # Per partition, the committed copies keep the input's order.
     for partition in range(partitions):
         values = [v for _, _, v in sorted(r for r in committed if r[0] == partition)]
@@ -75,8 +131,10 @@ def _copy_killed_repeatedly(broker, admin, module: str, name: str, total: int, c
 
 
 def test_kafka_python_copier_killed_repeatedly_copies_exactly_once(broker, admin):
-    _copy_killed_repeatedly(broker, admin, "kp_txn_copier", "kp-copier", 100_000, 5000, 200)
+    _copy_killed_repeatedly(broker, admin, "kp_txn_copier", "kp-copier", 100_000, 5000, 200,
+                            _read_kafka_python)
 
 
 def test_aiokafka_copier_killed_repeatedly_copies_exactly_once(broker, admin):
-    _copy_killed_repeatedly(broker, admin, "aio_txn_copier", "aio-copier", 100_000, 5000, 200)
+    _copy_killed_repeatedly(broker, admin, "aio_txn_copier", "aio-copier", 100_000, 5000, 200,
+                            _read_aiokafka)
