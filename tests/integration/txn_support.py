@@ -17,6 +17,12 @@ ISOLATION = ("read_committed", "read_uncommitted")
 def read_values(bootstrap: str, topic: str, partitions: int, isolation: str, timeout: float = 30.0) -> list[bytes]:
     """Every value of the topic a reader with `isolation` sees, read until each partition's end (the
     last stable offset for read_committed: librdkafka's partition EOF)."""
+    return [value for _, _, value in read_records(bootstrap, topic, partitions, isolation, timeout)]
+
+
+def read_records(bootstrap: str, topic: str, partitions: int, isolation: str,
+                 timeout: float = 30.0) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every record a reader with `isolation` sees, as `read_values`."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer(confluent_config(bootstrap, **{"group.id": f"reader-{time.monotonic_ns()}",
@@ -24,7 +30,7 @@ def read_values(bootstrap: str, topic: str, partitions: int, isolation: str, tim
                                                 "enable.auto.commit": False}))
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        out: list[bytes] = []
+        out: list[tuple[int, int, bytes]] = []
         at_end: set[int] = set()
         deadline = time.monotonic() + timeout
         while len(at_end) < partitions:
@@ -37,7 +43,7 @@ def read_values(bootstrap: str, topic: str, partitions: int, isolation: str, tim
                 at_end.add(m.partition())
                 continue
             at_end.discard(m.partition())
-            out.append(m.value())
+            out.append((m.partition(), m.offset(), m.value()))
         return out
     finally:
         c.close()
@@ -69,10 +75,14 @@ def seed_input(bootstrap: str, topic: str, partitions: int, total: int) -> None:
 
 
 def run_copier_killed(bootstrap: str, target: str, partitions: int, total: int,
-                      start_copier: Callable[[], subprocess.Popen], kills: int = 5) -> int:
+                      start_copier: Callable[[], subprocess.Popen], kills: int = 5,
+                      commit_between_kills: bool = False) -> int:
     """Start a copier, kill it (SIGKILL to its process group) while one of its transactions holds
     output written since the previous kill, `kills` times; then let a last one finish the `total`
-    records. Returns how many kills were made."""
+    records. With `commit_between_kills`, each copier first commits output of its own (the last
+    stable offset passes the previous kill's high watermark by more than the abort markers the
+    restart writes, one a partition), so the kills are spread over the copy instead of all landing
+    in its first transaction. Returns how many kills were made."""
     from .clients import wait_until
     made = 0
     progress = 0
@@ -82,7 +92,8 @@ def run_copier_killed(bootstrap: str, target: str, partitions: int, total: int,
         # (The last stable offset first: read later, it could pass a high watermark read earlier.)
         lso = sum(end_offsets(bootstrap, target, partitions, "read_committed"))
         hw = sum(end_offsets(bootstrap, target, partitions, "read_uncommitted"))
-        return hw > progress and hw > lso
+        committed = lso > progress + partitions if commit_between_kills else True
+        return committed and hw > progress and hw > lso
 
     while made < kills:
         proc = start_copier()
