@@ -178,6 +178,7 @@ class ConsumerGroup:
     assignment_epoch: int = 0
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Partitions] = field(default_factory=dict)
+    target_metadata: dict[str, tuple[int, bytes]] = field(default_factory=dict)   # from a client-side assignor
     subscription_metadata: dict[str, TopicMeta] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)        # instance id -> member id
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
@@ -244,6 +245,7 @@ class ConsumerGroup:
         return (self.group_epoch, self.assignment_epoch,
                 tuple(sorted((m.member_id, m.subscription, _frozen(m.current)) for m in self.members.values())),
                 tuple(sorted((k, _frozen_parts(v)) for k, v in self.target.items())),
+                tuple(sorted(self.target_metadata.items())),
                 tuple(sorted(self.subscription_metadata.items())))
 
 
@@ -268,6 +270,7 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
                 for member_id in list(group.members):
                     _cancel_member_timers(shard, gid, member_id)
                 del groups[gid]
+            shard.client_elections.pop(gid, None)
             return
         group = groups.setdefault(gid, ConsumerGroup(gid))
         group.group_epoch = record.epoch
@@ -285,6 +288,10 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
             group.target.pop(record.member_id, None)
         else:
             group.target[record.member_id] = dict(record.partitions)
+        if record.partitions is None or record.metadata is None:
+            group.target_metadata.pop(record.member_id, None)
+        else:
+            group.target_metadata[record.member_id] = record.metadata
     elif isinstance(record, MemberRecord):
         if record.value is None:
             group.drop_member(record.member_id)

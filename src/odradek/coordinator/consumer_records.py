@@ -9,9 +9,11 @@ Kafka 4.x's formats so tools that decode the topic read ours.
     7            ConsumerGroupTargetAssignmentMemberKey    ...TargetAssignmentMemberValue      a member's target partitions
     8            ConsumerGroupCurrentMemberAssignmentKey   ...CurrentMemberAssignmentValue     a member's epoch, state, partitions
 
-A null value is a tombstone. Values are written at version 0. Record type 16 (resolved regular
-expressions, Kafka 4.0) is not written: the coordinator resolves a member's regex against the
-metadata image it is given, so it is left to `records.decode` to skip.
+A null value is a tombstone. Values are written at version 0.
+
+odradek extensions (docs/extensions.md), in tagged fields Kafka's tools skip: a member's client-side
+assignors (MemberMetadataValue tag 16384) and the metadata a client-side assignor gave a member with
+its target (TargetAssignmentMemberValue tags 16384-16385).
 
 Partitions are held as `{topic_id: frozenset(partitions)}` with no empty sets, so two assignments
 are equal exactly when they name the same partitions.
@@ -78,6 +80,18 @@ class ClassicMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientAssignor:
+    """A client-side assignor a member supports (seed 002, "Assignor"): its name, the metadata versions
+    it reads, and the member's metadata for it (version, reason, bytes)."""
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int
+    version: int
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class MemberSubscription:
     instance_id: str | None
     rack_id: str | None
@@ -88,6 +102,7 @@ class MemberSubscription:
     rebalance_timeout_ms: int
     server_assignor: str | None
     classic: ClassicMeta | None = None   # a classic member's protocol data (online migration)
+    client_assignors: tuple[ClientAssignor, ...] = ()   # in the member's order of preference
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +144,7 @@ class TargetMemberRecord:
     group_id: str
     member_id: str
     partitions: Partitions | None
+    metadata: tuple[int, bytes] | None = None   # (version, bytes) from a client-side assignor
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +197,11 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
             rebalance_timeout_ms=s.rebalance_timeout_ms, server_assignor=s.server_assignor,
             classic_member_metadata=None if s.classic is None else mmv.ClassicMemberMetadata(
                 session_timeout_ms=s.classic.session_timeout_ms,
-                supported_protocols=[mmv.ClassicProtocol(name=n, metadata=m) for n, m in s.classic.protocols]))
+                supported_protocols=[mmv.ClassicProtocol(name=n, metadata=m) for n, m in s.classic.protocols]),
+            client_assignors=[mmv.ClientAssignor(name=a.name, minimum_version=a.minimum_version,
+                                                 maximum_version=a.maximum_version, reason=a.reason,
+                                                 version=a.version, metadata=a.metadata)
+                              for a in s.client_assignors] or None)
         return key, _value("ConsumerGroupMemberMetadataValue", member_value)
     if isinstance(r, TargetEpochRecord):
         key = encode_record("ConsumerGroupTargetAssignmentMetadataKey", TARGET_EPOCH_KEY,
@@ -193,6 +213,8 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
                             ConsumerGroupTargetAssignmentMemberKey(group_id=r.group_id, member_id=r.member_id))
         target_value: object | None = None if r.partitions is None else tmv.ConsumerGroupTargetAssignmentMemberValue(
             topic_partitions=_tps(tmv.TopicPartition, r.partitions))
+        if target_value is not None and r.metadata is not None:
+            target_value.metadata_version, target_value.metadata_bytes = r.metadata
         return key, _value("ConsumerGroupTargetAssignmentMemberValue", target_value)
     assert isinstance(r, CurrentAssignmentRecord)
     key = encode_record("ConsumerGroupCurrentMemberAssignmentKey", CURRENT_ASSIGNMENT_KEY,
@@ -238,7 +260,9 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         return MemberRecord(k.group_id, k.member_id, MemberSubscription(
             v.instance_id, v.rack_id, v.client_id, v.client_host, tuple(v.subscribed_topic_names),
             v.subscribed_topic_regex or None, v.rebalance_timeout_ms, v.server_assignor or None,
-            _classic(v.classic_member_metadata)))
+            _classic(v.classic_member_metadata),
+            tuple(ClientAssignor(a.name, a.minimum_version, a.maximum_version, a.reason, a.version, bytes(a.metadata))
+                  for a in v.client_assignors or ())))
     if key_version == TARGET_EPOCH_KEY:
         k = _dec("ConsumerGroupTargetAssignmentMetadataKey", key)
         if value is None:
@@ -250,8 +274,9 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         if value is None:
             return TargetMemberRecord(k.group_id, k.member_id, None)
         v = _dec("ConsumerGroupTargetAssignmentMemberValue", value)
+        metadata = None if v.metadata_bytes is None else (v.metadata_version, bytes(v.metadata_bytes))
         return TargetMemberRecord(k.group_id, k.member_id,
-                                  partitions_of((t.topic_id, t.partitions) for t in v.topic_partitions))
+                                  partitions_of((t.topic_id, t.partitions) for t in v.topic_partitions), metadata)
     assert key_version == CURRENT_ASSIGNMENT_KEY, key_version
     k = _dec("ConsumerGroupCurrentMemberAssignmentKey", key)
     if value is None:
