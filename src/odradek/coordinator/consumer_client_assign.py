@@ -260,7 +260,8 @@ def install(shard: GroupShard, req: cgi.ConsumerGroupInstallAssignmentRequest, t
             from odradek.coordinator import consumer_heartbeat   # it imports this module
             target = consumer_heartbeat.compute_target(shard, gid, group.group_epoch, group.members,
                                                        group.subscription_metadata, topics, group.target)
-            installed = {m: (parts, None) for m, parts in target.items()}
+            installed: dict[str, tuple[Partitions, tuple[int, bytes] | None]] = \
+                {m: (parts, None) for m, parts in target.items()}
             epoch = group.group_epoch
         else:
             installed = _check_assignment(group, req.members, topics)

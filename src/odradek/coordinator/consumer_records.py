@@ -211,10 +211,11 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
     if isinstance(r, TargetMemberRecord):
         key = encode_record("ConsumerGroupTargetAssignmentMemberKey", TARGET_MEMBER_KEY,
                             ConsumerGroupTargetAssignmentMemberKey(group_id=r.group_id, member_id=r.member_id))
-        target_value: object | None = None if r.partitions is None else tmv.ConsumerGroupTargetAssignmentMemberValue(
-            topic_partitions=_tps(tmv.TopicPartition, r.partitions))
-        if target_value is not None and r.metadata is not None:
-            target_value.metadata_version, target_value.metadata_bytes = r.metadata
+        target_value: object | None = None
+        if r.partitions is not None:
+            version, data = r.metadata if r.metadata is not None else (-1, None)
+            target_value = tmv.ConsumerGroupTargetAssignmentMemberValue(
+                topic_partitions=_tps(tmv.TopicPartition, r.partitions), metadata_version=version, metadata_bytes=data)
         return key, _value("ConsumerGroupTargetAssignmentMemberValue", target_value)
     assert isinstance(r, CurrentAssignmentRecord)
     key = encode_record("ConsumerGroupCurrentMemberAssignmentKey", CURRENT_ASSIGNMENT_KEY,
