@@ -82,10 +82,12 @@ def revocation_timer(group_id: str, member_id: str) -> tuple:
 @dataclass(frozen=True)
 class TopicsView:
     """The topics the coordinator may assign (the broker's metadata image, reduced): name -> id and
-    partition count; internal topics are never matched by a regex. Immutable; the broker builds a
+    partition count; internal topics are never matched by a regex; `racks`: the racks of each
+    partition's replicas, by topic name (empty when no broker has a rack). Immutable; the broker builds a
     new one when its image changes, so `regex_matches` can be cached here."""
     by_name: Mapping[str, TopicMeta]
     internal: frozenset[str] = frozenset()
+    racks: Mapping[str, tuple[frozenset[str], ...]] = field(default_factory=dict)   # replica racks per partition
     _regex_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def name_of(self, topic_id: uuid.UUID) -> str | None:

@@ -350,7 +350,8 @@ def compute_target(shard: GroupShard, group_id: str, group_epoch: int, members: 
         ids = frozenset(metadata[n].topic_id for n in m.subscribed_names(topics) if n in metadata)
         specs[m_id] = assignors_server.MemberSpec(ids, m.subscription.rack_id, m.instance_id)
     counts = {meta.topic_id: meta.num_partitions for meta in metadata.values()}
-    raw = assignors_server.assign(name, specs, counts, current)
+    racks = {meta.topic_id: topics.racks[n] for n, meta in metadata.items() if n in topics.racks}
+    raw = assignors_server.assign(name, specs, counts, current, racks)
     target: dict[str, Partitions] = {m: partitions_of(raw.get(m, {}).items()) for m in members}
     log.info("group %s: computed a new target assignment for epoch %d with the %r assignor (%d members, %d "
              "partitions)", group_id, group_epoch, name, len(members), sum(counts.values()))
