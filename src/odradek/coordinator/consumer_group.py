@@ -29,6 +29,7 @@ apart from group metadata.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -37,7 +38,8 @@ from typing import TYPE_CHECKING
 
 from odradek.coordinator.consumer_records import (
     ConsumerRecord, CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription,
-    Partitions, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
+    Partitions, RegexRecord, ResolvedRegex, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord,
+    TopicMeta,
 )
 
 if TYPE_CHECKING:
@@ -95,6 +97,16 @@ class TopicsView:
         if names is None:
             names = self._regex_cache[None] = {m.topic_id: n for n, m in self.by_name.items()}
         return names.get(topic_id)
+
+    @property
+    def version(self) -> int:
+        """A stable 63-bit fingerprint of the topic names a regex can match: equal views (before and
+        after a restart) have equal versions, which resolved-regex records carry."""
+        v = self._regex_cache.get(())
+        if v is None:
+            names = "\n".join(sorted(n for n in self.by_name if n not in self.internal)).encode()
+            v = self._regex_cache[()] = int.from_bytes(hashlib.blake2b(names, digest_size=8).digest(), "big") >> 1
+        return v
 
     def regex_matches(self, regex: str) -> frozenset[str]:
         """Topics whose whole name matches `regex` (Java's `Matcher.matches()`)."""
@@ -183,6 +195,7 @@ class ConsumerGroup:
     target_metadata: dict[str, tuple[int, bytes]] = field(default_factory=dict)   # from a client-side assignor
     subscription_metadata: dict[str, TopicMeta] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)        # instance id -> member id
+    regexes: dict[str, ResolvedRegex] = field(default_factory=dict)     # resolved subscription regexes
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     metadata_view: TopicsView | None = None   # soft state: the view the metadata was last checked against
 
@@ -248,6 +261,7 @@ class ConsumerGroup:
                 tuple(sorted((m.member_id, m.subscription, _frozen(m.current)) for m in self.members.values())),
                 tuple(sorted((k, _frozen_parts(v)) for k, v in self.target.items())),
                 tuple(sorted(self.target_metadata.items())),
+                tuple(sorted(self.regexes.items())),
                 tuple(sorted(self.subscription_metadata.items())))
 
 
@@ -283,6 +297,11 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
         group = groups[gid] = ConsumerGroup(gid)
     if isinstance(record, SubscriptionMetadataRecord):
         group.subscription_metadata = dict(record.topics or {})
+    elif isinstance(record, RegexRecord):
+        if record.value is None:
+            group.regexes.pop(record.regex, None)
+        else:
+            group.regexes[record.regex] = record.value
     elif isinstance(record, TargetEpochRecord):
         group.assignment_epoch = record.assignment_epoch or 0
     elif isinstance(record, TargetMemberRecord):

@@ -39,8 +39,8 @@ from odradek.coordinator.consumer_group import (
 )
 from odradek.coordinator.consumer_records import (
     CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription, Partitions,
-    SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta, partitions_of,
-    remove_member_records,
+    RegexRecord, ResolvedRegex, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
+    partitions_of, remove_member_records,
 )
 from odradek.coordinator.group import GroupState
 from odradek.coordinator.records import GroupRecord
@@ -198,6 +198,7 @@ def advance(shard: GroupShard, group: ConsumerGroup, member: ConsumerMember, rep
     # 2. The group epoch: a changed subscription, or changed metadata of the subscribed topics.
     metadata = group.subscription_metadata
     if bump or group.metadata_view is not topics or group.group_epoch > group.assignment_epoch:
+        out.records += regex_records(group, members.values(), topics, now_ms)
         metadata = subscription_metadata(members.values(), topics)
         group.metadata_view = topics
         if metadata != group.subscription_metadata:
@@ -416,10 +417,29 @@ def fence_members(group: ConsumerGroup, member_ids: Iterable[str]) -> Outcome:
     for member_id in sorted(gone):
         out.records += remove_member_records(gid, member_id)
     rest = [m for m in group.members.values() if m.member_id not in gone]
+    out.records += regex_records(group, rest, None, 0)
     kept = {n: meta for n, meta in group.subscription_metadata.items() if any(_subscribes(m, n) for m in rest)}
     if kept != group.subscription_metadata:
         out.records.append(SubscriptionMetadataRecord(gid, kept))
     out.records.append(GroupEpochRecord(gid, group.group_epoch + 1))
+    return out
+
+
+def regex_records(group: ConsumerGroup, members: Iterable[ConsumerMember], topics: TopicsView | None,
+                  now_ms: int) -> list[RegexRecord]:
+    """Resolved-regex records: one for each regex the members use that is new or now resolves to other
+    topics (with `topics`), a tombstone for each no member uses any more."""
+    used = {m.subscription.subscribed_topic_regex for m in members if m.subscription.subscribed_topic_regex}
+    out: list[RegexRecord] = []
+    gid = group.group_id
+    if topics is not None:
+        for regex in sorted(used):
+            resolved = tuple(sorted(topics.regex_matches(regex)))
+            known = group.regexes.get(regex)
+            if known is None or known.topics != resolved:
+                log.info("group %s: /%s/ resolves to %s", gid, regex, list(resolved))
+                out.append(RegexRecord(gid, regex, ResolvedRegex(resolved, topics.version, now_ms)))
+    out += [RegexRecord(gid, regex, None) for regex in sorted(group.regexes.keys() - used)]
     return out
 
 

@@ -8,6 +8,11 @@ Kafka 4.x's formats so tools that decode the topic read ours.
     6            ConsumerGroupTargetAssignmentMetadataKey  ...TargetAssignmentMetadataValue    target assignment epoch
     7            ConsumerGroupTargetAssignmentMemberKey    ...TargetAssignmentMemberValue      a member's target partitions
     8            ConsumerGroupCurrentMemberAssignmentKey   ...CurrentMemberAssignmentValue     a member's epoch, state, partitions
+    16           ConsumerGroupRegularExpressionKey         ...RegularExpressionValue           topics a subscribed regex resolved to
+
+A resolved regular expression (Kafka 4.0's record type 16) holds the topics, the version of the topic
+list it was resolved against (`TopicsView.version`) and the time; `consumer_heartbeat` writes one when
+a member's regex is first resolved or resolves differently, and tombstones it when no member uses it.
 
 A null value is a tombstone. Values are written at version 0.
 
@@ -30,6 +35,8 @@ from odradek.protocol.api import decode_record, encode_record
 from odradek.protocol.messages import consumer_group_current_member_assignment_value as cur
 from odradek.protocol.messages import consumer_group_member_metadata_value as mmv
 from odradek.protocol.messages import consumer_group_partition_metadata_value as pmv
+from odradek.protocol.messages import consumer_group_regular_expression_value as rxv
+from odradek.protocol.messages.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey
 from odradek.protocol.messages import consumer_group_target_assignment_member_value as tmv
 from odradek.protocol.messages.consumer_group_current_member_assignment_key import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -52,7 +59,8 @@ Partitions = Mapping[uuid.UUID, frozenset[int]]
 
 GROUP_EPOCH_KEY, PARTITION_METADATA_KEY, MEMBER_KEY = 3, 4, 5
 TARGET_EPOCH_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY = 6, 7, 8
-KEY_VERSIONS = frozenset({3, 4, 5, 6, 7, 8})
+REGEX_KEY = 16
+KEY_VERSIONS = frozenset({3, 4, 5, 6, 7, 8, 16})
 VALUE_VERSION = 0
 
 
@@ -154,10 +162,24 @@ class CurrentAssignmentRecord:
     value: CurrentAssignment | None
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    topics: tuple[str, ...]        # sorted
+    version: int                   # TopicsView.version it was resolved against
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegexRecord:
+    group_id: str
+    regex: str
+    value: ResolvedRegex | None
+
+
 ConsumerRecord = Union[GroupEpochRecord, SubscriptionMetadataRecord, MemberRecord, TargetEpochRecord,
-                       TargetMemberRecord, CurrentAssignmentRecord]
+                       TargetMemberRecord, CurrentAssignmentRecord, RegexRecord]
 CONSUMER_RECORD_TYPES = (GroupEpochRecord, SubscriptionMetadataRecord, MemberRecord, TargetEpochRecord,
-                         TargetMemberRecord, CurrentAssignmentRecord)
+                         TargetMemberRecord, CurrentAssignmentRecord, RegexRecord)
 
 
 def remove_member_records(group_id: str, member_id: str) -> list[ConsumerRecord]:
@@ -217,6 +239,13 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
             target_value = tmv.ConsumerGroupTargetAssignmentMemberValue(
                 topic_partitions=_tps(tmv.TopicPartition, r.partitions), metadata_version=version, metadata_bytes=data)
         return key, _value("ConsumerGroupTargetAssignmentMemberValue", target_value)
+    if isinstance(r, RegexRecord):
+        key = encode_record("ConsumerGroupRegularExpressionKey", REGEX_KEY,
+                            ConsumerGroupRegularExpressionKey(group_id=r.group_id, regular_expression=r.regex))
+        rx = r.value
+        return key, _value("ConsumerGroupRegularExpressionValue", None if rx is None else
+                           rxv.ConsumerGroupRegularExpressionValue(topics=list(rx.topics), version=rx.version,
+                                                                   timestamp=rx.timestamp_ms))
     assert isinstance(r, CurrentAssignmentRecord)
     key = encode_record("ConsumerGroupCurrentMemberAssignmentKey", CURRENT_ASSIGNMENT_KEY,
                         ConsumerGroupCurrentMemberAssignmentKey(group_id=r.group_id, member_id=r.member_id))
@@ -278,6 +307,13 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         metadata = None if v.metadata_bytes is None else (v.metadata_version, bytes(v.metadata_bytes))
         return TargetMemberRecord(k.group_id, k.member_id,
                                   partitions_of((t.topic_id, t.partitions) for t in v.topic_partitions), metadata)
+    if key_version == REGEX_KEY:
+        k = _dec("ConsumerGroupRegularExpressionKey", key)
+        if value is None:
+            return RegexRecord(k.group_id, k.regular_expression, None)
+        v = _dec("ConsumerGroupRegularExpressionValue", value)
+        return RegexRecord(k.group_id, k.regular_expression, ResolvedRegex(tuple(sorted(v.topics)), v.version,
+                                                                           v.timestamp))
     assert key_version == CURRENT_ASSIGNMENT_KEY, key_version
     k = _dec("ConsumerGroupCurrentMemberAssignmentKey", key)
     if value is None:
