@@ -123,6 +123,7 @@ class FakeBroker:
     """One listening socket, a thread per connection, canned answers, every request frame recorded."""
 
     def __init__(self, kip848: bool = False) -> None:
+        from odradek.protocol.extensions import EXTENSION_APIS
         from odradek.protocol.messages import APIS
         from odradek.server.apis.api_versions import supported
 
@@ -137,7 +138,7 @@ class FakeBroker:
         self.next_pid = 1000
         self.conns: list[socket.socket] = []
         # Not advertised: inter-broker APIs, and KIP-848's (clients would then try the new protocol).
-        hidden = {4, 5, 6, 7, 27, 69} | (set() if kip848 else {68})
+        hidden = {4, 5, 6, 7, 27, 69} | (set() if kip848 else {68}) | set(EXTENSION_APIS)
         self.api_versions = supported({k: None for k in APIS if k not in hidden})
         self.handlers = {
             0: self.produce, 1: self.fetch, 2: self.list_offsets, 3: self.metadata, 8: self.offset_commit,

@@ -52,6 +52,7 @@ from typing import Any
 
 from odradek.client.assignors import Subscription, assignors_from_config
 from odradek.client.config import CONSUMER, ConfigDef, _any, _bool, _int, build
+from odradek.client.group_assignors import group_assignors_from_config
 from odradek.client.errors import BrokerResponseError, ConfigError, KafkaError
 from odradek.client.fetcher import TopicPartition
 from odradek.protocol.api import decode_record, encode_record
@@ -87,6 +88,8 @@ GROUP_CONFIG = [
     ConfigDef("default.api.timeout.ms", _int, 60000, "bound of commit() and committed()"),
     ConfigDef("group.protocol", _any, "classic", "classic (JoinGroup/SyncGroup) or consumer (KIP-848)"),
     ConfigDef("group.remote.assignor", _any, None, "group.protocol=consumer: the server assignor to ask for"),
+    ConfigDef("group.local.assignors", _any, None, "group.protocol=consumer: client-side assignors (names or "
+              "objects), an odradek extension the broker must enable (group_assignors)"),
 ]
 
 
@@ -106,6 +109,7 @@ def consumer_group_config(config: dict | None = None, **kwargs) -> dict:
         if out[name] <= 0:
             raise ConfigError(f"{name} must be positive")
     assignors_from_config(out["partition.assignment.strategy"])
+    group_assignors_from_config(out["group.local.assignors"])
     out["group.protocol"] = str(out["group.protocol"]).lower()
     if out["group.protocol"] not in ("classic", "consumer"):
         raise ConfigError(f"group.protocol must be classic or consumer, not {out['group.protocol']!r}")

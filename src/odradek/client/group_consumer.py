@@ -26,8 +26,14 @@ COORDINATOR_LOAD_IN_PROGRESS and UNRELEASED_INSTANCE_ID retry after retry.backof
 are fatal and raised from poll. Offsets are committed with the member epoch (OffsetCommit v9+);
 STALE_MEMBER_EPOCH is retried with the epoch the next heartbeat brings.
 
-The seed's client-side assignors (ConsumerGroupPrepareAssignment / InstallAssignment) were dropped
-from KIP-848 before Kafka 4.0 shipped it; they are not implemented.
+Client-side assignors (`group.local.assignors`; the seed's design, which Kafka 4.0 did not ship, an
+odradek extension: docs/extensions.md, `group_assignors`): the member declares them in the heartbeat's
+ClientAssignors (joining, and when an assignor's metadata changes). When the coordinator elects it
+(`should_compute_assignment`), it sends ConsumerGroupPrepareAssignment, runs the selected assignor on
+the group it gets back, and sends ConsumerGroupInstallAssignment with the result (error 1 and no
+members when the assignor raised: the coordinator then assigns with its server-side assignor). One
+such round at a time; a new flag after it starts another. A broker that does not serve the extension
+ignores the declaration and assigns server-side.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import re
 import uuid
 from typing import Callable
 
+from odradek.client import group_assignors as ga
 from odradek.client.errors import BrokerResponseError, KafkaError
 from odradek.client.fetcher import TopicPartition
 from odradek.client.group import (
@@ -45,7 +52,10 @@ from odradek.client.group import (
     RebalanceInProgressError, Send, State,
 )
 from odradek.protocol.error_codes import ErrorCode, for_code
+from odradek.protocol.extensions import CONSUMER_GROUP_INSTALL_ASSIGNMENT, CONSUMER_GROUP_PREPARE_ASSIGNMENT
 from odradek.protocol.messages import consumer_group_heartbeat as cgh
+from odradek.protocol.messages import consumer_group_install_assignment as cgi
+from odradek.protocol.messages import consumer_group_prepare_assignment as cgp
 from odradek.protocol.messages import find_coordinator as fc
 
 log = logging.getLogger("odradek.client.group")
@@ -78,6 +88,10 @@ class ConsumerMembership:
         self.retry_backoff_ms: int = c["retry.backoff.ms"]
         self.server_assignor: str | None = c.get("group.remote.assignor") or None
         self.rack_id: str | None = c.get("client.rack") or None
+        self.local_assignors: list = ga.group_assignors_from_config(c.get("group.local.assignors"))
+        self._sent_assignors: tuple | None = None      # the ClientAssignors the coordinator has
+        self._assignors_in_flight: tuple | None = None
+        self.assignments_computed = 0                   # installs this member made (tests, logs)
         self.topic_name = topic_name
         self.state = State.UNSUBSCRIBED
         self.topics: frozenset[str] = frozenset()
@@ -221,10 +235,19 @@ class ConsumerMembership:
             return (None, self.pattern.pattern)
         return (tuple(sorted(self.topics)), None)
 
+    def _declared_assignors(self) -> tuple:
+        out = []
+        for a in self.local_assignors:
+            md = a.metadata()
+            out.append((a.name, a.minimum_version, a.maximum_version, md.reason, md.version, bytes(md.metadata)))
+        return tuple(out)
+
     def _heartbeat_request(self, now_ms: float) -> Send:
         joining = self.member_epoch == 0
         subscription = self._subscription()
         full = joining or subscription != self._sent_subscription
+        declared = self._declared_assignors() if self.local_assignors else None
+        send_assignors = declared is not None and (joining or declared != self._sent_assignors)
         names, regex = subscription
         body = cgh.ConsumerGroupHeartbeatRequest(
             group_id=self.group_id, member_id=self.member_id, member_epoch=self.member_epoch,
@@ -233,7 +256,11 @@ class ConsumerMembership:
             subscribed_topic_names=(list(names) if names is not None else []) if full else None,
             subscribed_topic_regex=(regex or "") if full and (regex is not None or not joining) else None,
             server_assignor=self.server_assignor if joining else None,
-            topic_partitions=[] if joining else self._owned_ids())
+            topic_partitions=[] if joining else self._owned_ids(),
+            client_assignors=[cgh.ClientAssignor(name=n, minimum_version=lo, maximum_version=hi, reason=r, version=v,
+                                                 metadata=md) for n, lo, hi, r, v, md in declared]
+            if send_assignors and declared is not None else None)
+        self._assignors_in_flight = declared if send_assignors else None
         if self.state is State.UNJOINED:
             self.state = State.JOINING
         self._heartbeat_at = now_ms + self.heartbeat_interval_ms
@@ -276,6 +303,10 @@ class ConsumerMembership:
             self._on_find(response, now_ms)
         elif send.kind == "heartbeat" and send.epoch == self._epoch:
             self._on_heartbeat(send, response, now_ms)
+        elif send.kind == "prepare" and send.epoch == self._epoch:
+            self._on_prepare(response)
+        elif send.kind == "install" and send.epoch == self._epoch:
+            self._on_install(send, response)
 
     def _on_find(self, r, now_ms: float) -> None:
         c = r.coordinators[0] if getattr(r, "coordinators", None) else r
@@ -298,6 +329,8 @@ class ConsumerMembership:
             return
         if self._subscription_in_flight is not None:
             self._sent_subscription = self._subscription_in_flight
+        if self._assignors_in_flight is not None:
+            self._sent_assignors = self._assignors_in_flight
         if r.heartbeat_interval_ms > 0:
             self.heartbeat_interval_ms = r.heartbeat_interval_ms
             self._heartbeat_at = min(self._heartbeat_at, now_ms + r.heartbeat_interval_ms)
@@ -309,9 +342,81 @@ class ConsumerMembership:
             self.state = State.STABLE
         if r.assignment is not None:
             self._new_assignment({tp.topic_id: list(tp.partitions) for tp in r.assignment.topic_partitions})
+            if r.assignment.assignor_metadata is not None:
+                self._assignor_metadata(r.assignment)
         elif self.unresolved:
             self._new_assignment(self._latest)
         self._refreshed = False
+        if r.should_compute_assignment and self.local_assignors and "prepare" not in self.in_flight \
+                and "install" not in self.in_flight:
+            self._outbox.append(self._track(Send("prepare", CONSUMER_GROUP_PREPARE_ASSIGNMENT,
+                                                 cgp.ConsumerGroupPrepareAssignmentRequest(
+                                                     group_id=self.group_id, member_id=self.member_id,
+                                                     member_epoch=self.member_epoch), self.request_timeout_ms)))
+
+    # ------------------------------------------------------------------------------------ client-side assignment
+    def _assignor_metadata(self, assignment: cgh.Assignment) -> None:
+        parts = [TopicPartition(name, p) for tp in assignment.topic_partitions
+                 if (name := self.topic_name(tp.topic_id)) is not None for p in tp.partitions]
+        for a in self.local_assignors:
+            on_assignment = getattr(a, "on_assignment", None)
+            if on_assignment is not None:
+                try:
+                    on_assignment(sorted(parts), assignment.assignor_metadata_version, bytes(assignment.assignor_metadata))
+                except Exception as e:  # noqa: BLE001 - the application's callback; the group goes on
+                    log.warning("group %s: %s.on_assignment failed: %r", self.group_id, a.name, e)
+
+    def _on_prepare(self, r: cgp.ConsumerGroupPrepareAssignmentResponse) -> None:
+        if r.error_code != 0:
+            log.info("group %s: ConsumerGroupPrepareAssignment: %s: %s", self.group_id, for_code(r.error_code).name,
+                     r.error_message)
+            return
+        assignor = next((a for a in self.local_assignors if a.name == r.assignor_name), None)
+        names = {t.topic_id: t.topic_name for t in r.topics}
+        ids = {t.topic_name: t.topic_id for t in r.topics}
+        error, members = 0, []
+        try:
+            if assignor is None:
+                raise ValueError(f"the coordinator selected {r.assignor_name!r}, which this member does not have")
+            spec = ga.GroupSpec(
+                group_epoch=r.group_epoch, version=r.assignor_version,
+                partitions_per_topic={t.topic_name: t.num_partitions for t in r.topics},
+                members={m.member_id: ga.GroupMember(
+                    member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,
+                    topics=frozenset(names[t] for t in m.subscribed_topic_ids if t in names),
+                    target=frozenset(TopicPartition(names[tp.topic_id], p) for tp in m.topic_partitions
+                                     if tp.topic_id in names for p in tp.partitions),
+                    metadata=ga.AssignorMetadata(m.assignor_reason, m.assignor_version, bytes(m.assignor_metadata)))
+                    for m in r.members})
+            result = ga.normalise(assignor.assign(spec), spec.members)
+            for member_id, share in sorted(result.items()):
+                by_id: dict[uuid.UUID, list[int]] = {}
+                for tp in share.partitions:
+                    if tp.topic not in ids:
+                        raise ValueError(f"the assignor assigned {tp}, not a subscribed topic")
+                    by_id.setdefault(ids[tp.topic], []).append(tp.partition)
+                members.append(cgi.Member(member_id=member_id, topic_partitions=[
+                    cgi.TopicPartitions(topic_id=t, partitions=sorted(ps))
+                    for t, ps in sorted(by_id.items(), key=lambda kv: str(kv[0]))],
+                    metadata_version=share.metadata_version, metadata_bytes=share.metadata))
+        except Exception as e:  # noqa: BLE001 - a custom assignor's bug: the coordinator assigns instead
+            log.error("group %s: the client-side assignor %r failed: %r", self.group_id, r.assignor_name, e)
+            error, members = ga.ASSIGNOR_FAILED, []
+        log.info("group %s: computed the assignment of group epoch %d with %r for %d members", self.group_id,
+                 r.group_epoch, r.assignor_name, len(members))
+        self._outbox.append(self._track(Send("install", CONSUMER_GROUP_INSTALL_ASSIGNMENT,
+                                             cgi.ConsumerGroupInstallAssignmentRequest(
+                                                 group_id=self.group_id, member_id=self.member_id,
+                                                 member_epoch=self.member_epoch, group_epoch=r.group_epoch,
+                                                 error=error, members=members), self.request_timeout_ms)))
+
+    def _on_install(self, send: Send, r: cgi.ConsumerGroupInstallAssignmentResponse) -> None:
+        if r.error_code != 0:
+            log.info("group %s: ConsumerGroupInstallAssignment: %s: %s", self.group_id, for_code(r.error_code).name,
+                     r.error_message)
+            return
+        self.assignments_computed += 1
+        self._heartbeat_at = 0.0          # reconcile towards the new target at once
 
     def _new_assignment(self, by_id: dict[uuid.UUID, list[int]]) -> None:
         """The coordinator's latest assignment (by topic id) as the target the application applies next;
@@ -366,6 +471,7 @@ class ConsumerMembership:
         self.unresolved = {}
         self._latest = {}
         self._sent_subscription = None
+        self._sent_assignors = None
         self._epoch += 1
         self.in_flight.pop("heartbeat", None)
         self._heartbeat_at = 0.0

@@ -19,7 +19,22 @@ to a less-loaded one while they differ by more than one.
 order, the first `P mod n` one partition more (Kafka's range assignor): topics with the same
 partition count are co-partitioned (partition i of each goes to the same member). It is
 deterministic, so an unchanged group gets the same ranges; it is not sticky across membership
-changes, which is what range means. Rack ids are recorded but neither assignor uses them yet.
+changes, which is what range means.
+
+Racks (Kafka's rack-aware assignment, KIP-881 on the client and the broker's assignors since 3.7):
+each member may have a rack (the heartbeat's RackId, from `client.rack`) and each partition has the
+racks of its replicas (`broker.rack` of the replica brokers, from the metadata image). When both are
+known and some member's rack lacks a replica of some partition, the assignors prefer giving a member
+partitions with a replica in its rack, without changing how many each member gets:
+
+- `range`: per topic, each member (in member-id order) first takes, up to its share, the partitions
+  with a replica in its rack, lowest first; then the shares are filled with what is left, lowest
+  first. Topics whose partitions have the same racks stay co-partitioned.
+- `uniform`: stickiness first (a member keeps its partitions while its quota allows), but a member
+  over its quota gives up the partitions outside its rack first; free partitions go first to members
+  under quota in their rack; with different subscriptions, a free partition goes to the least-loaded
+  subscriber in its rack unless another subscriber is less loaded, and balancing moves partitions out
+  of the donor's rack into the taker's first.
 
 Cost: O(P + M log M) for `uniform` with identical subscriptions and for `range`, O(P log M) plus
 the balancing moves otherwise (see bench/assignor_bench.py).
@@ -29,7 +44,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 TopicId = uuid.UUID
@@ -53,19 +68,44 @@ class AssignorError(ValueError):
     """The assignor name is not one this broker offers."""
 
 
+PartitionRacks = Mapping[TopicId, Sequence[frozenset[str]]]   # topic -> racks of each partition's replicas
+
+
+class _Racks:
+    """Which partitions have a replica in a member's rack; `active` only when that can matter."""
+
+    def __init__(self, members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int],
+                 racks: PartitionRacks | None) -> None:
+        self.member_rack = {m: s.rack_id for m, s in members.items() if s.rack_id}
+        self.racks = racks or {}
+        wanted = set(self.member_rack.values())
+        self.active = bool(wanted) and any(
+            any(r and not wanted <= r for r in self.racks.get(t, ())) for t in topics)
+
+    def local(self, member_id: str, t: TopicId, p: int) -> bool:
+        rack = self.member_rack.get(member_id)
+        if rack is None:
+            return False
+        parts = self.racks.get(t, ())
+        return p < len(parts) and rack in parts[p]
+
+
 def assign(name: str, members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int],
-           current: Mapping[str, Mapping[TopicId, Set[int]]]) -> GroupAssignment:
+           current: Mapping[str, Mapping[TopicId, Set[int]]], racks: PartitionRacks | None = None) -> GroupAssignment:
     """The target assignment of every member. `topics`: partition count of each subscribed topic
-    that exists (topics not listed are ignored); `current`: the previous target assignment."""
+    that exists (topics not listed are ignored); `current`: the previous target assignment; `racks`:
+    the racks of each partition's replicas, by topic (rack-aware when given, see the module doc)."""
+    r = _Racks(members, topics, racks)
     if name == UNIFORM:
-        return uniform(members, topics, current)
+        return uniform(members, topics, current, r if r.active else None)
     if name == RANGE:
-        return range_assign(members, topics)
+        return range_assign(members, topics, r if r.active else None)
     raise AssignorError(f"unknown assignor {name!r}")
 
 
 # ------------------------------------------------------------------------------------------ range
-def range_assign(members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int]) -> GroupAssignment:
+def range_assign(members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int],
+                 racks: _Racks | None = None) -> GroupAssignment:
     out: GroupAssignment = {m: {} for m in members}
     subscribers: dict[TopicId, list[str]] = {}
     for member_id in sorted(members):
@@ -74,6 +114,9 @@ def range_assign(members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int
                 subscribers.setdefault(t, []).append(member_id)
     for t, subs in subscribers.items():
         quota, extra = divmod(topics[t], len(subs))
+        if racks is not None:
+            _range_racks(t, topics[t], subs, quota, extra, racks, out)
+            continue
         start = 0
         for i, member_id in enumerate(subs):
             n = quota + (1 if i < extra else 0)
@@ -83,15 +126,36 @@ def range_assign(members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int
     return out
 
 
+def _range_racks(t: TopicId, count: int, subs: list[str], quota: int, extra: int, racks: _Racks,
+                 out: GroupAssignment) -> None:
+    share = {m: quota + (1 if i < extra else 0) for i, m in enumerate(subs)}
+    free = set(range(count))
+    got: dict[str, list[int]] = {m: [] for m in subs}
+    for m in subs:
+        for p in range(count):
+            if len(got[m]) >= share[m]:
+                break
+            if p in free and racks.local(m, t, p):
+                got[m].append(p)
+                free.discard(p)
+    rest = sorted(free)
+    for m in subs:
+        need = share[m] - len(got[m])
+        got[m] += rest[:need]
+        del rest[:need]
+        if got[m]:
+            out[m][t] = set(got[m])
+
+
 # ------------------------------------------------------------------------------------------ uniform
 def uniform(members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int],
-            current: Mapping[str, Mapping[TopicId, Set[int]]]) -> GroupAssignment:
+            current: Mapping[str, Mapping[TopicId, Set[int]]], racks: _Racks | None = None) -> GroupAssignment:
     if not members:
         return {}
     subscriptions = {frozenset(spec.subscribed & topics.keys()) for spec in members.values()}
     if len(subscriptions) == 1:
-        return _uniform_homogeneous(members, sorted(next(iter(subscriptions)), key=str), topics, current)
-    return _uniform_heterogeneous(members, topics, current)
+        return _uniform_homogeneous(members, sorted(next(iter(subscriptions)), key=str), topics, current, racks)
+    return _uniform_heterogeneous(members, topics, current, racks)
 
 
 def _retained(member_id: str, subscribed: Set[TopicId], topics: Mapping[TopicId, int],
@@ -113,8 +177,8 @@ def _retained(member_id: str, subscribed: Set[TopicId], topics: Mapping[TopicId,
 
 
 def _uniform_homogeneous(members: Mapping[str, MemberSpec], subscribed: list[TopicId],
-                         topics: Mapping[TopicId, int],
-                         current: Mapping[str, Mapping[TopicId, Set[int]]]) -> GroupAssignment:
+                         topics: Mapping[TopicId, int], current: Mapping[str, Mapping[TopicId, Set[int]]],
+                         racks: _Racks | None = None) -> GroupAssignment:
     ids = sorted(members)
     total = sum(topics[t] for t in subscribed)
     quota, extra = divmod(total, len(ids))
@@ -125,10 +189,15 @@ def _uniform_homogeneous(members: Mapping[str, MemberSpec], subscribed: list[Top
     by_holding = sorted(ids, key=lambda m: (-len(kept[m]), m))
     target = {m: quota + (1 if i < extra else 0) for i, m in enumerate(by_holding)}
     for m in ids:
+        if racks is not None and len(kept[m]) > target[m]:   # give up the partitions outside the rack first
+            local = {tp for tp in kept[m] if racks.local(m, *tp)}
+            kept[m].sort(key=lambda tp: tp not in local)
         surplus = kept[m][target[m]:]
         if surplus:
             del kept[m][target[m]:]
             taken.difference_update(surplus)
+    if racks is not None:
+        _fill_in_rack(ids, subscribed, topics, target, kept, taken, racks)
     free = ((t, p) for t in subscribed for p in range(topics[t]) if (t, p) not in taken)
     for m in ids:
         need = target[m] - len(kept[m])
@@ -137,8 +206,39 @@ def _uniform_homogeneous(members: Mapping[str, MemberSpec], subscribed: list[Top
     return {m: _group(kept[m]) for m in ids}
 
 
+def _fill_in_rack(ids: list[str], subscribed: list[TopicId], topics: Mapping[TopicId, int], target: dict[str, int],
+                  kept: dict[str, list[tuple[TopicId, int]]], taken: set[tuple[TopicId, int]], racks: _Racks) -> None:
+    """Free partitions to members under quota with a replica in their rack, one at a time in member
+    order (so members of one rack share its partitions evenly)."""
+    by_rack: dict[str, list[tuple[TopicId, int]]] = {}
+    for t in subscribed:
+        parts = racks.racks.get(t, ())
+        for p in range(topics[t]):
+            if (t, p) not in taken and p < len(parts):
+                for r in parts[p]:
+                    by_rack.setdefault(r, []).append((t, p))
+    position = dict.fromkeys(by_rack, 0)
+    hungry = [m for m in ids if racks.member_rack.get(m) in by_rack and len(kept[m]) < target[m]]
+    while hungry:
+        still = []
+        for m in hungry:
+            rack = racks.member_rack[m]
+            cands, i = by_rack[rack], position[rack]
+            while i < len(cands) and cands[i] in taken:
+                i += 1
+            position[rack] = i
+            if i == len(cands):
+                continue
+            taken.add(cands[i])
+            kept[m].append(cands[i])
+            if len(kept[m]) < target[m]:
+                still.append(m)
+        hungry = still
+
+
 def _uniform_heterogeneous(members: Mapping[str, MemberSpec], topics: Mapping[TopicId, int],
-                           current: Mapping[str, Mapping[TopicId, Set[int]]]) -> GroupAssignment:
+                           current: Mapping[str, Mapping[TopicId, Set[int]]],
+                           racks: _Racks | None = None) -> GroupAssignment:
     ids = sorted(members)
     subscribers: dict[TopicId, list[str]] = {}
     for m in ids:
@@ -157,6 +257,16 @@ def _uniform_heterogeneous(members: Mapping[str, MemberSpec], topics: Mapping[To
         free = [p for p in range(topics[t]) if (t, p) not in taken]
         if not free:
             continue
+        if racks is not None:
+            for p in free:
+                least = min(subscribers[t], key=lambda m: (load[m], m))
+                local = [m for m in subscribers[t] if racks.local(m, t, p)]
+                best = min(local, key=lambda m: (load[m], m)) if local else least
+                if load[best] > load[least]:
+                    best = least
+                owned[best].setdefault(t, set()).add(p)
+                load[best] += 1
+            continue
         heap = [(load[m], m) for m in subscribers[t]]
         heapq.heapify(heap)
         for p in free:
@@ -164,12 +274,12 @@ def _uniform_heterogeneous(members: Mapping[str, MemberSpec], topics: Mapping[To
             owned[m].setdefault(t, set()).add(p)
             load[m] = n + 1
             heapq.heappush(heap, (n + 1, m))
-    _balance(subscribers, owned, load)
+    _balance(subscribers, owned, load, racks)
     return {m: {t: ps for t, ps in owned[m].items() if ps} for m in ids}
 
 
 def _balance(subscribers: Mapping[TopicId, list[str]], owned: dict[str, dict[TopicId, set[int]]],
-             load: dict[str, int]) -> None:
+             load: dict[str, int], racks: _Racks | None = None) -> None:
     """Move partitions from a subscriber to a less-loaded subscriber of the same topic while their
     loads differ by more than one. Every move lowers the sum of squared loads, so this ends; the
     passes are bounded anyway. Per topic, the most and least loaded subscribers come from two heaps
@@ -196,7 +306,10 @@ def _balance(subscribers: Mapping[TopicId, list[str]], owned: dict[str, dict[Top
                     continue
                 if load[donor] - load[taker] <= 1:
                     break
-                p = max(owned[donor][t])
+                if racks is None:
+                    p = max(owned[donor][t])
+                else:   # out of the donor's rack and into the taker's first
+                    p = max(owned[donor][t], key=lambda q: (not racks.local(donor, t, q), racks.local(taker, t, q), q))
                 owned[donor][t].discard(p)
                 owned[taker].setdefault(t, set()).add(p)
                 load[donor] -= 1

@@ -119,7 +119,7 @@ def _join(shard: GroupShard, group: ConsumerGroup, req: JoinGroupRequest, caller
     owned = [cgh.TopicPartitions(topic_id=t, partitions=sorted(ps))
              for t, ps in mig.by_topic_id(owned_named, topics).items()]
     out = Outcome()
-    current = ch.advance(shard, group, member, replaced, subscription, owned, topics, out)
+    current = ch.advance(shard, group, member, replaced, subscription, owned, topics, out, now_ms)
     shard.schedule(session_timer(group.group_id, member_id), now_ms + req.session_timeout_ms)
     log.debug("group %s: classic member %s joined at epoch %d (group epoch %s)", group.group_id, member_id,
               current.member_epoch, group.group_epoch)

@@ -29,6 +29,7 @@ apart from group metadata.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -37,7 +38,8 @@ from typing import TYPE_CHECKING
 
 from odradek.coordinator.consumer_records import (
     ConsumerRecord, CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription,
-    Partitions, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
+    Partitions, RegexRecord, ResolvedRegex, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord,
+    TopicMeta,
 )
 
 if TYPE_CHECKING:
@@ -82,10 +84,12 @@ def revocation_timer(group_id: str, member_id: str) -> tuple:
 @dataclass(frozen=True)
 class TopicsView:
     """The topics the coordinator may assign (the broker's metadata image, reduced): name -> id and
-    partition count; internal topics are never matched by a regex. Immutable; the broker builds a
+    partition count; internal topics are never matched by a regex; `racks`: the racks of each
+    partition's replicas, by topic name (empty when no broker has a rack). Immutable; the broker builds a
     new one when its image changes, so `regex_matches` can be cached here."""
     by_name: Mapping[str, TopicMeta]
     internal: frozenset[str] = frozenset()
+    racks: Mapping[str, tuple[frozenset[str], ...]] = field(default_factory=dict)   # replica racks per partition
     _regex_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def name_of(self, topic_id: uuid.UUID) -> str | None:
@@ -93,6 +97,16 @@ class TopicsView:
         if names is None:
             names = self._regex_cache[None] = {m.topic_id: n for n, m in self.by_name.items()}
         return names.get(topic_id)
+
+    @property
+    def version(self) -> int:
+        """A stable 63-bit fingerprint of the topic names a regex can match: equal views (before and
+        after a restart) have equal versions, which resolved-regex records carry."""
+        v = self._regex_cache.get(())
+        if v is None:
+            names = "\n".join(sorted(n for n in self.by_name if n not in self.internal)).encode()
+            v = self._regex_cache[()] = int.from_bytes(hashlib.blake2b(names, digest_size=8).digest(), "big") >> 1
+        return v
 
     def regex_matches(self, regex: str) -> frozenset[str]:
         """Topics whose whole name matches `regex` (Java's `Matcher.matches()`)."""
@@ -178,8 +192,10 @@ class ConsumerGroup:
     assignment_epoch: int = 0
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Partitions] = field(default_factory=dict)
+    target_metadata: dict[str, tuple[int, bytes]] = field(default_factory=dict)   # from a client-side assignor
     subscription_metadata: dict[str, TopicMeta] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)        # instance id -> member id
+    regexes: dict[str, ResolvedRegex] = field(default_factory=dict)     # resolved subscription regexes
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     metadata_view: TopicsView | None = None   # soft state: the view the metadata was last checked against
 
@@ -244,6 +260,8 @@ class ConsumerGroup:
         return (self.group_epoch, self.assignment_epoch,
                 tuple(sorted((m.member_id, m.subscription, _frozen(m.current)) for m in self.members.values())),
                 tuple(sorted((k, _frozen_parts(v)) for k, v in self.target.items())),
+                tuple(sorted(self.target_metadata.items())),
+                tuple(sorted(self.regexes.items())),
                 tuple(sorted(self.subscription_metadata.items())))
 
 
@@ -268,6 +286,7 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
                 for member_id in list(group.members):
                     _cancel_member_timers(shard, gid, member_id)
                 del groups[gid]
+            shard.client_elections.pop(gid, None)
             return
         group = groups.setdefault(gid, ConsumerGroup(gid))
         group.group_epoch = record.epoch
@@ -278,6 +297,11 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
         group = groups[gid] = ConsumerGroup(gid)
     if isinstance(record, SubscriptionMetadataRecord):
         group.subscription_metadata = dict(record.topics or {})
+    elif isinstance(record, RegexRecord):
+        if record.value is None:
+            group.regexes.pop(record.regex, None)
+        else:
+            group.regexes[record.regex] = record.value
     elif isinstance(record, TargetEpochRecord):
         group.assignment_epoch = record.assignment_epoch or 0
     elif isinstance(record, TargetMemberRecord):
@@ -285,6 +309,10 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
             group.target.pop(record.member_id, None)
         else:
             group.target[record.member_id] = dict(record.partitions)
+        if record.partitions is None or record.metadata is None:
+            group.target_metadata.pop(record.member_id, None)
+        else:
+            group.target_metadata[record.member_id] = record.metadata
     elif isinstance(record, MemberRecord):
         if record.value is None:
             group.drop_member(record.member_id)

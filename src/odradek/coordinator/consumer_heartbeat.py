@@ -32,15 +32,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from odradek.coordinator import assignors_server, consumer_migration
+from odradek.coordinator import assignors_server, consumer_client_assign, consumer_migration
 from odradek.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, REVOCATION_TIMER, SESSION_TIMER, ConsumerGroup,
     ConsumerMember, MemberState, TopicsView, compile_regex, session_timeout_ms, session_timer, subscription_metadata,
 )
 from odradek.coordinator.consumer_records import (
     CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription, Partitions,
-    SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta, partitions_of,
-    remove_member_records,
+    RegexRecord, ResolvedRegex, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
+    partitions_of, remove_member_records,
 )
 from odradek.coordinator.group import GroupState
 from odradek.coordinator.records import GroupRecord
@@ -99,6 +99,9 @@ def validate(req: cgh.ConsumerGroupHeartbeatRequest, api_version: int, assignors
     if req.server_assignor is not None and req.server_assignor not in assignors:
         raise Refused(ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
                       f"Supported assignors: {', '.join(assignors)}.")
+    why = consumer_client_assign.validate(req.client_assignors)
+    if why is not None:
+        raise invalid(why)
 
 
 def _check_epoch(member: ConsumerMember, received: int, owned: OwnedPartitions) -> None:
@@ -170,16 +173,21 @@ def _heartbeat(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, caller
     member_id = req.member_id or shard.new_uuid()
     check_size(shard, group, member_id)
     member, replaced = _resolve_member(group, req, member_id)
-    current = advance(shard, group, member, replaced, _updated_subscription(member, req, caller),
-                      req.topic_partitions, topics, out)
+    subscription = _updated_subscription(member, req, caller, consumer_client_assign.enabled(shard))
+    current = advance(shard, group, member, replaced, subscription, req.topic_partitions, topics, out, now_ms)
     shard.schedule(session_timer(gid, member_id), now_ms + shard.config.consumer_session_timeout_ms)
     out.response = _response(shard, req, member, member_id, current)
+    if consumer_client_assign.elected(shard, gid, member_id):
+        out.response.should_compute_assignment = True
+    metadata = group.target_metadata.get(member_id)
+    if out.response.assignment is not None and metadata is not None:
+        out.response.assignment.assignor_metadata_version, out.response.assignment.assignor_metadata = metadata
     return out
 
 
 def advance(shard: GroupShard, group: ConsumerGroup, member: ConsumerMember, replaced: ConsumerMember | None,
             subscription: MemberSubscription, owned: OwnedPartitions, topics: TopicsView,
-            out: Outcome) -> CurrentAssignment:
+            out: Outcome, now_ms: int) -> CurrentAssignment:
     """A member's subscription, the group epoch, the target assignment and the member's reconciliation,
     for a heartbeat and for a classic member's JoinGroup alike; the records go to `out`."""
     gid, member_id = group.group_id, member.member_id
@@ -190,6 +198,7 @@ def advance(shard: GroupShard, group: ConsumerGroup, member: ConsumerMember, rep
     # 2. The group epoch: a changed subscription, or changed metadata of the subscribed topics.
     metadata = group.subscription_metadata
     if bump or group.metadata_view is not topics or group.group_epoch > group.assignment_epoch:
+        out.records += regex_records(group, members.values(), topics, now_ms)
         metadata = subscription_metadata(members.values(), topics)
         group.metadata_view = topics
         if metadata != group.subscription_metadata:
@@ -202,7 +211,7 @@ def advance(shard: GroupShard, group: ConsumerGroup, member: ConsumerMember, rep
         log.info("group %s: bumped the group epoch to %d", gid, group_epoch)
     # 3. The target assignment.
     target_epoch, member_target = _update_target(shard, group, group_epoch, members, metadata, topics, member_id,
-                                                 replaced, out)
+                                                 replaced, out, now_ms)
     # 4. Reconciliation: partitions another member still owns are not handed out yet.
     gone = replaced.member_id if replaced is not None else None
     subscribed_ids = {metadata[n].topic_id for n in updated.subscribed_names(topics) if n in metadata}
@@ -231,12 +240,16 @@ def _update_member(group: ConsumerGroup, member: ConsumerMember, replaced: Consu
                      sorted(subscription.subscribed_topic_names),
                      f" and /{subscription.subscribed_topic_regex}/" if subscription.subscribed_topic_regex else "")
             bump = True
+        elif subscription.client_assignors != old.client_assignors:
+            log.info("group %s: member %s has new client-side assignors %s", gid, member_id,
+                     [(a.name, a.version, a.reason) for a in subscription.client_assignors])
+            bump = True
     return updated, bump
 
 
 def _update_target(shard: GroupShard, group: ConsumerGroup, group_epoch: int, members: Mapping[str, ConsumerMember],
                    metadata: Mapping[str, TopicMeta], topics: TopicsView, member_id: str,
-                   replaced: ConsumerMember | None, out: Outcome) -> tuple[int, Partitions]:
+                   replaced: ConsumerMember | None, out: Outcome, now_ms: int) -> tuple[int, Partitions]:
     """(target assignment epoch, the member's target); a new target when the group epoch is ahead, its
     changes written. A static member that replaces another inherits that member's target."""
     gid = group.group_id
@@ -244,7 +257,8 @@ def _update_target(shard: GroupShard, group: ConsumerGroup, group_epoch: int, me
     if replaced is not None:
         current_target[member_id] = current_target.pop(replaced.member_id, {})
         out.records.append(TargetMemberRecord(gid, member_id, current_target[member_id]))
-    if group_epoch <= group.assignment_epoch:
+    if group_epoch <= group.assignment_epoch \
+            or consumer_client_assign.defer_target(shard, group, members, member_id, now_ms):
         return group.assignment_epoch, current_target.get(member_id, {})
     target = compute_target(shard, gid, group_epoch, members, metadata, topics, current_target)
     out.records += [TargetMemberRecord(gid, m, parts) for m, parts in target.items() if current_target.get(m) != parts]
@@ -302,7 +316,7 @@ def _resolve_member(group: ConsumerGroup, req: cgh.ConsumerGroupHeartbeatRequest
 
 
 def _updated_subscription(member: ConsumerMember, req: cgh.ConsumerGroupHeartbeatRequest,
-                          caller: Caller) -> MemberSubscription:
+                          caller: Caller, client_assignors: bool = False) -> MemberSubscription:
     """Fields the request leaves null keep their value (the seed: null means unchanged)."""
     s = member.subscription
     regex = s.subscribed_topic_regex if req.subscribed_topic_regex is None else (req.subscribed_topic_regex or None)
@@ -314,7 +328,9 @@ def _updated_subscription(member: ConsumerMember, req: cgh.ConsumerGroupHeartbea
         else s.subscribed_topic_names,
         subscribed_topic_regex=regex,
         rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1 else s.rebalance_timeout_ms,
-        server_assignor=req.server_assignor if req.server_assignor is not None else s.server_assignor)
+        server_assignor=req.server_assignor if req.server_assignor is not None else s.server_assignor,
+        client_assignors=consumer_client_assign.from_request(req.client_assignors)
+        if client_assignors and req.client_assignors is not None else s.client_assignors)
 
 
 # ------------------------------------------------------------------------------------------ target
@@ -335,7 +351,8 @@ def compute_target(shard: GroupShard, group_id: str, group_epoch: int, members: 
         ids = frozenset(metadata[n].topic_id for n in m.subscribed_names(topics) if n in metadata)
         specs[m_id] = assignors_server.MemberSpec(ids, m.subscription.rack_id, m.instance_id)
     counts = {meta.topic_id: meta.num_partitions for meta in metadata.values()}
-    raw = assignors_server.assign(name, specs, counts, current)
+    racks = {meta.topic_id: topics.racks[n] for n, meta in metadata.items() if n in topics.racks}
+    raw = assignors_server.assign(name, specs, counts, current, racks)
     target: dict[str, Partitions] = {m: partitions_of(raw.get(m, {}).items()) for m in members}
     log.info("group %s: computed a new target assignment for epoch %d with the %r assignor (%d members, %d "
              "partitions)", group_id, group_epoch, name, len(members), sum(counts.values()))
@@ -400,10 +417,29 @@ def fence_members(group: ConsumerGroup, member_ids: Iterable[str]) -> Outcome:
     for member_id in sorted(gone):
         out.records += remove_member_records(gid, member_id)
     rest = [m for m in group.members.values() if m.member_id not in gone]
+    out.records += regex_records(group, rest, None, 0)
     kept = {n: meta for n, meta in group.subscription_metadata.items() if any(_subscribes(m, n) for m in rest)}
     if kept != group.subscription_metadata:
         out.records.append(SubscriptionMetadataRecord(gid, kept))
     out.records.append(GroupEpochRecord(gid, group.group_epoch + 1))
+    return out
+
+
+def regex_records(group: ConsumerGroup, members: Iterable[ConsumerMember], topics: TopicsView | None,
+                  now_ms: int) -> list[RegexRecord]:
+    """Resolved-regex records: one for each regex the members use that is new or now resolves to other
+    topics (with `topics`), a tombstone for each no member uses any more."""
+    used = {m.subscription.subscribed_topic_regex for m in members if m.subscription.subscribed_topic_regex}
+    out: list[RegexRecord] = []
+    gid = group.group_id
+    if topics is not None:
+        for regex in sorted(used):
+            resolved = tuple(sorted(topics.regex_matches(regex)))
+            known = group.regexes.get(regex)
+            if known is None or known.topics != resolved:
+                log.info("group %s: /%s/ resolves to %s", gid, regex, list(resolved))
+                out.append(RegexRecord(gid, regex, ResolvedRegex(resolved, topics.version, now_ms)))
+    out += [RegexRecord(gid, regex, None) for regex in sorted(group.regexes.keys() - used)]
     return out
 
 

@@ -28,7 +28,7 @@ from odradek.coordinator.consumer_group import (
 )
 from odradek.coordinator.consumer_records import (
     ClassicMeta, ConsumerRecord, CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord,
-    MemberSubscription, Partitions, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord,
+    MemberSubscription, Partitions, RegexRecord, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord,
     partitions_of, remove_member_records,
 )
 from odradek.coordinator.group import CONSUMER_PROTOCOL_TYPE, ClassicGroup, GroupState, Member
@@ -179,6 +179,7 @@ def group_tombstones(group: ConsumerGroup) -> list[Record]:
     for member_id in sorted(group.members):
         out += remove_member_records(group.group_id, member_id)
     gid = group.group_id
+    out += [RegexRecord(gid, regex, None) for regex in sorted(group.regexes)]
     out += [TargetEpochRecord(gid, None), SubscriptionMetadataRecord(gid, None), GroupEpochRecord(gid, None)]
     return out
 

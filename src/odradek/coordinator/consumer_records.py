@@ -8,10 +8,17 @@ Kafka 4.x's formats so tools that decode the topic read ours.
     6            ConsumerGroupTargetAssignmentMetadataKey  ...TargetAssignmentMetadataValue    target assignment epoch
     7            ConsumerGroupTargetAssignmentMemberKey    ...TargetAssignmentMemberValue      a member's target partitions
     8            ConsumerGroupCurrentMemberAssignmentKey   ...CurrentMemberAssignmentValue     a member's epoch, state, partitions
+    16           ConsumerGroupRegularExpressionKey         ...RegularExpressionValue           topics a subscribed regex resolved to
 
-A null value is a tombstone. Values are written at version 0. Record type 16 (resolved regular
-expressions, Kafka 4.0) is not written: the coordinator resolves a member's regex against the
-metadata image it is given, so it is left to `records.decode` to skip.
+A resolved regular expression (Kafka 4.0's record type 16) holds the topics, the version of the topic
+list it was resolved against (`TopicsView.version`) and the time; `consumer_heartbeat` writes one when
+a member's regex is first resolved or resolves differently, and tombstones it when no member uses it.
+
+A null value is a tombstone. Values are written at version 0.
+
+odradek extensions (docs/extensions.md), in tagged fields Kafka's tools skip: a member's client-side
+assignors (MemberMetadataValue tag 16384) and the metadata a client-side assignor gave a member with
+its target (TargetAssignmentMemberValue tags 16384-16385).
 
 Partitions are held as `{topic_id: frozenset(partitions)}` with no empty sets, so two assignments
 are equal exactly when they name the same partitions.
@@ -28,6 +35,8 @@ from odradek.protocol.api import decode_record, encode_record
 from odradek.protocol.messages import consumer_group_current_member_assignment_value as cur
 from odradek.protocol.messages import consumer_group_member_metadata_value as mmv
 from odradek.protocol.messages import consumer_group_partition_metadata_value as pmv
+from odradek.protocol.messages import consumer_group_regular_expression_value as rxv
+from odradek.protocol.messages.consumer_group_regular_expression_key import ConsumerGroupRegularExpressionKey
 from odradek.protocol.messages import consumer_group_target_assignment_member_value as tmv
 from odradek.protocol.messages.consumer_group_current_member_assignment_key import (
     ConsumerGroupCurrentMemberAssignmentKey,
@@ -50,7 +59,8 @@ Partitions = Mapping[uuid.UUID, frozenset[int]]
 
 GROUP_EPOCH_KEY, PARTITION_METADATA_KEY, MEMBER_KEY = 3, 4, 5
 TARGET_EPOCH_KEY, TARGET_MEMBER_KEY, CURRENT_ASSIGNMENT_KEY = 6, 7, 8
-KEY_VERSIONS = frozenset({3, 4, 5, 6, 7, 8})
+REGEX_KEY = 16
+KEY_VERSIONS = frozenset({3, 4, 5, 6, 7, 8, 16})
 VALUE_VERSION = 0
 
 
@@ -78,6 +88,18 @@ class ClassicMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientAssignor:
+    """A client-side assignor a member supports (seed 002, "Assignor"): its name, the metadata versions
+    it reads, and the member's metadata for it (version, reason, bytes)."""
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int
+    version: int
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class MemberSubscription:
     instance_id: str | None
     rack_id: str | None
@@ -88,6 +110,7 @@ class MemberSubscription:
     rebalance_timeout_ms: int
     server_assignor: str | None
     classic: ClassicMeta | None = None   # a classic member's protocol data (online migration)
+    client_assignors: tuple[ClientAssignor, ...] = ()   # in the member's order of preference
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +152,7 @@ class TargetMemberRecord:
     group_id: str
     member_id: str
     partitions: Partitions | None
+    metadata: tuple[int, bytes] | None = None   # (version, bytes) from a client-side assignor
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +162,24 @@ class CurrentAssignmentRecord:
     value: CurrentAssignment | None
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedRegex:
+    topics: tuple[str, ...]        # sorted
+    version: int                   # TopicsView.version it was resolved against
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegexRecord:
+    group_id: str
+    regex: str
+    value: ResolvedRegex | None
+
+
 ConsumerRecord = Union[GroupEpochRecord, SubscriptionMetadataRecord, MemberRecord, TargetEpochRecord,
-                       TargetMemberRecord, CurrentAssignmentRecord]
+                       TargetMemberRecord, CurrentAssignmentRecord, RegexRecord]
 CONSUMER_RECORD_TYPES = (GroupEpochRecord, SubscriptionMetadataRecord, MemberRecord, TargetEpochRecord,
-                         TargetMemberRecord, CurrentAssignmentRecord)
+                         TargetMemberRecord, CurrentAssignmentRecord, RegexRecord)
 
 
 def remove_member_records(group_id: str, member_id: str) -> list[ConsumerRecord]:
@@ -181,7 +219,11 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
             rebalance_timeout_ms=s.rebalance_timeout_ms, server_assignor=s.server_assignor,
             classic_member_metadata=None if s.classic is None else mmv.ClassicMemberMetadata(
                 session_timeout_ms=s.classic.session_timeout_ms,
-                supported_protocols=[mmv.ClassicProtocol(name=n, metadata=m) for n, m in s.classic.protocols]))
+                supported_protocols=[mmv.ClassicProtocol(name=n, metadata=m) for n, m in s.classic.protocols]),
+            client_assignors=[mmv.ClientAssignor(name=a.name, minimum_version=a.minimum_version,
+                                                 maximum_version=a.maximum_version, reason=a.reason,
+                                                 version=a.version, metadata=a.metadata)
+                              for a in s.client_assignors] or None)
         return key, _value("ConsumerGroupMemberMetadataValue", member_value)
     if isinstance(r, TargetEpochRecord):
         key = encode_record("ConsumerGroupTargetAssignmentMetadataKey", TARGET_EPOCH_KEY,
@@ -191,9 +233,19 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
     if isinstance(r, TargetMemberRecord):
         key = encode_record("ConsumerGroupTargetAssignmentMemberKey", TARGET_MEMBER_KEY,
                             ConsumerGroupTargetAssignmentMemberKey(group_id=r.group_id, member_id=r.member_id))
-        target_value: object | None = None if r.partitions is None else tmv.ConsumerGroupTargetAssignmentMemberValue(
-            topic_partitions=_tps(tmv.TopicPartition, r.partitions))
+        target_value: object | None = None
+        if r.partitions is not None:
+            version, data = r.metadata if r.metadata is not None else (-1, None)
+            target_value = tmv.ConsumerGroupTargetAssignmentMemberValue(
+                topic_partitions=_tps(tmv.TopicPartition, r.partitions), metadata_version=version, metadata_bytes=data)
         return key, _value("ConsumerGroupTargetAssignmentMemberValue", target_value)
+    if isinstance(r, RegexRecord):
+        key = encode_record("ConsumerGroupRegularExpressionKey", REGEX_KEY,
+                            ConsumerGroupRegularExpressionKey(group_id=r.group_id, regular_expression=r.regex))
+        rx = r.value
+        return key, _value("ConsumerGroupRegularExpressionValue", None if rx is None else
+                           rxv.ConsumerGroupRegularExpressionValue(topics=list(rx.topics), version=rx.version,
+                                                                   timestamp=rx.timestamp_ms))
     assert isinstance(r, CurrentAssignmentRecord)
     key = encode_record("ConsumerGroupCurrentMemberAssignmentKey", CURRENT_ASSIGNMENT_KEY,
                         ConsumerGroupCurrentMemberAssignmentKey(group_id=r.group_id, member_id=r.member_id))
@@ -238,7 +290,9 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         return MemberRecord(k.group_id, k.member_id, MemberSubscription(
             v.instance_id, v.rack_id, v.client_id, v.client_host, tuple(v.subscribed_topic_names),
             v.subscribed_topic_regex or None, v.rebalance_timeout_ms, v.server_assignor or None,
-            _classic(v.classic_member_metadata)))
+            _classic(v.classic_member_metadata),
+            tuple(ClientAssignor(a.name, a.minimum_version, a.maximum_version, a.reason, a.version, bytes(a.metadata))
+                  for a in v.client_assignors or ())))
     if key_version == TARGET_EPOCH_KEY:
         k = _dec("ConsumerGroupTargetAssignmentMetadataKey", key)
         if value is None:
@@ -250,8 +304,16 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         if value is None:
             return TargetMemberRecord(k.group_id, k.member_id, None)
         v = _dec("ConsumerGroupTargetAssignmentMemberValue", value)
+        metadata = None if v.metadata_bytes is None else (v.metadata_version, bytes(v.metadata_bytes))
         return TargetMemberRecord(k.group_id, k.member_id,
-                                  partitions_of((t.topic_id, t.partitions) for t in v.topic_partitions))
+                                  partitions_of((t.topic_id, t.partitions) for t in v.topic_partitions), metadata)
+    if key_version == REGEX_KEY:
+        k = _dec("ConsumerGroupRegularExpressionKey", key)
+        if value is None:
+            return RegexRecord(k.group_id, k.regular_expression, None)
+        v = _dec("ConsumerGroupRegularExpressionValue", value)
+        return RegexRecord(k.group_id, k.regular_expression, ResolvedRegex(tuple(sorted(v.topics)), v.version,
+                                                                           v.timestamp))
     assert key_version == CURRENT_ASSIGNMENT_KEY, key_version
     k = _dec("ConsumerGroupCurrentMemberAssignmentKey", key)
     if value is None:

@@ -27,7 +27,7 @@ import heapq
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from odradek.coordinator import consumer_group
 from odradek.coordinator.consumer_group import ConsumerGroup
@@ -59,6 +59,7 @@ class GroupConfig:
     consumer_max_size: int = 2**31 - 1                  # group.consumer.max.size
     consumer_assignors: tuple[str, ...] = ("uniform", "range")   # group.consumer.assignors
     consumer_migration_policy: str = "bidirectional"    # group.consumer.migration.policy
+    consumer_client_assignors_enable: bool = False      # group.consumer.client.assignors.enable (odradek)
 
 
 WaitKey = tuple   # ("join" | "sync", group_id, member_id)
@@ -95,6 +96,7 @@ class GroupShard:
         self.new_uuid = new_uuid
         self.groups: dict[str, ClassicGroup] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}   # KIP-848 groups (see consumer_group)
+        self.client_elections: dict[str, Any] = {}   # soft: group -> consumer_client_assign.Election
         # producer id -> (group, topic, partition) -> offset of its open transaction (TxnOffsetCommit)
         self.pending_txn_offsets: dict[int, dict[tuple[str, str, int], OffsetAndMetadata]] = {}
         self.timers: dict[TimerKey, int] = {}

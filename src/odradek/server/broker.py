@@ -36,7 +36,8 @@ from odradek.cluster.store import EmbeddedStore, MetadataStore, NodeExistsError
 from odradek.coordinator.runtime import GroupCoordinator
 from odradek.protocol.headers import RequestHeader
 from odradek.server.apis import HANDLERS
-from odradek.server.apis.api_versions import enabled_handlers, supported
+from odradek.server.apis.api_versions import disabled_extensions, enabled_handlers, supported
+from odradek.server.apis.consumer_group_assign import answer_disabled
 from odradek.server.config import BrokerConfig, Endpoint, TopicConfig
 from odradek.server.context import RequestContext, Services
 from odradek.server.coordinators import Coordinators
@@ -100,8 +101,10 @@ class Broker:
         self.listeners: list[tuple[Listener, Endpoint]] = []
         self._listener_names: dict[Listener, str] = {}
         self.bound_ports: dict[str, int] = {}
-        handlers = enabled_handlers(HANDLERS, config.get("group.coordinator.rebalance.protocols"))
+        handlers = enabled_handlers(HANDLERS, config.get("group.coordinator.rebalance.protocols"),
+                                    config.get("group.consumer.client.assignors.enable"))
         self.api_versions = supported(handlers)
+        handlers = disabled_extensions(handlers, answer_disabled)
         # Work that grows with its input runs here, off the event loop (server/workers.py).
         self.workers = WorkerPool(config.get("num.io.threads"), queue_max=config.get("queued.max.requests"))
         self.request_pool = RequestPool(self._queued_bytes_limit(), config.get("queued.max.requests"))

@@ -506,6 +506,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     K("group.consumer.max.size", INT, INT_MAX, MEDIUM, AtLeast(1), "Members of one consumer group, at most."),
     K("group.consumer.assignors", LIST, ("uniform", "range"), MEDIUM, None, "Server-side assignors; the "
       "first is the default."),
+    K("group.consumer.client.assignors.enable", BOOLEAN, False, MEDIUM, None, "odradek extension: members may "
+      "compute the assignment with client-side assignors (docs/extensions.md)."),
     K("group.consumer.migration.policy", STRING, "bidirectional", MEDIUM,
       OneOf(("disabled", "downgrade", "upgrade", "bidirectional")), "Classic/consumer group conversion."),
     K("offset.metadata.max.bytes", INT, 4096, HIGH, None, "Largest offset commit metadata."),

@@ -91,7 +91,8 @@ def group_config(config: BrokerConfig) -> GroupConfig:
         consumer_heartbeat_interval_ms=config.get("group.consumer.heartbeat.interval.ms"),
         consumer_max_size=config.get("group.consumer.max.size"),
         consumer_assignors=tuple(config.get("group.consumer.assignors")),
-        consumer_migration_policy=config.get("group.consumer.migration.policy"))
+        consumer_migration_policy=config.get("group.consumer.migration.policy"),
+        consumer_client_assignors_enable=config.get("group.consumer.client.assignors.enable"))
 
 
 class Coordinators:

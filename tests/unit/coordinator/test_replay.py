@@ -45,7 +45,7 @@ def test_group_metadata_bytes_are_kafkas():
                 + struct.pack(">i", len(m.assignment)) + m.assignment)
     assert value == expected
     assert decode(key, None) == GroupRecord(GROUP, None)
-    assert decode(struct.pack(">h", 16) + b"whatever", b"x") is None   # resolved regexes: not read
+    assert decode(struct.pack(">h", 10) + b"whatever", b"x") is None   # share group records: not read
 
 
 def test_partition_is_javas_string_hash_mod_partitions():

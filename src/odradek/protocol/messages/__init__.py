@@ -61,6 +61,8 @@ from odradek.protocol.messages import (
     consumer_group_heartbeat,
     consumer_group_describe,
     describe_topic_partitions,
+    consumer_group_prepare_assignment,
+    consumer_group_install_assignment,
     consumer_group_current_member_assignment_key,
     consumer_group_current_member_assignment_value,
     consumer_group_member_metadata_key,
@@ -145,6 +147,8 @@ APIS = {
     68: consumer_group_heartbeat,
     69: consumer_group_describe,
     75: describe_topic_partitions,
+    16384: consumer_group_prepare_assignment,
+    16385: consumer_group_install_assignment,
 }
 
 RECORDS = {

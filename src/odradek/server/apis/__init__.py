@@ -13,6 +13,9 @@ from odradek.server.apis.admin_topics import (
     handle_create_partitions, handle_create_topics, handle_delete_topics, handle_describe_topic_partitions,
 )
 from odradek.server.apis.api_versions import handle_api_versions
+from odradek.server.apis.consumer_group_assign import (
+    handle_consumer_group_install_assignment, handle_consumer_group_prepare_assignment,
+)
 from odradek.server.apis.consumer_group_heartbeat import (
     handle_consumer_group_describe, handle_consumer_group_heartbeat,
 )
@@ -90,4 +93,6 @@ HANDLERS: dict[int, HandlerFn] = {
     65: handle_describe_transactions,
     66: handle_list_transactions,
     75: handle_describe_topic_partitions,
+    16384: handle_consumer_group_prepare_assignment,     # odradek extensions (protocol/extensions.py)
+    16385: handle_consumer_group_install_assignment,
 }

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.extensions import CLIENT_ASSIGNOR_APIS
 from odradek.protocol.messages import APIS, api_versions as m
 from odradek.server.context import RequestContext
 
@@ -31,12 +32,21 @@ SOFTWARE_NAME_OR_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9]
 CONSUMER_PROTOCOL_APIS = frozenset({68, 69})   # ConsumerGroupHeartbeat, ConsumerGroupDescribe
 
 
-def enabled_handlers(handlers: Mapping[int, H], rebalance_protocols: Iterable[str]) -> dict[int, H]:
+def enabled_handlers(handlers: Mapping[int, H], rebalance_protocols: Iterable[str],
+                     client_assignors: bool = False) -> dict[int, H]:
     """The handler table without the consumer group protocol's APIs when
-    `group.coordinator.rebalance.protocols` leaves out "consumer" (Kafka then does not offer them)."""
-    if "consumer" in rebalance_protocols:
-        return dict(handlers)
-    return {k: h for k, h in handlers.items() if k not in CONSUMER_PROTOCOL_APIS}
+    `group.coordinator.rebalance.protocols` leaves out "consumer" (Kafka then does not offer them), and
+    without the client-side assignor extension unless `group.consumer.client.assignors.enable`."""
+    protocols = set(rebalance_protocols)
+    return {k: h for k, h in handlers.items()
+            if not (k in CONSUMER_PROTOCOL_APIS and "consumer" not in protocols)
+            and not (k in CLIENT_ASSIGNOR_APIS and ("consumer" not in protocols or not client_assignors))}
+
+
+def disabled_extensions(handlers: Mapping[int, H], answer: H) -> dict[int, H]:
+    """`handlers` plus `answer` for each extension API it leaves out: such a request gets an
+    UNSUPPORTED_VERSION answer rather than a closed connection, and the key is still not advertised."""
+    return {**{k: answer for k in CLIENT_ASSIGNOR_APIS}, **handlers}
 
 
 def supported(handlers: Iterable[int]) -> list[m.ApiVersion]:

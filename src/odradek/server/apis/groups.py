@@ -58,9 +58,21 @@ def topics_view(image: MetadataImage) -> TopicsView:
     if cached is not None and cached[0] is image:
         return cached[1]
     view = TopicsView({name: TopicMeta(info.topic_id, len(info.partitions)) for name, info in image.topics.items()},
-                      frozenset(name for name, info in image.topics.items() if info.is_internal))
+                      frozenset(name for name, info in image.topics.items() if info.is_internal),
+                      _replica_racks(image))
     _last_view = (image, view)
     return view
+
+
+def _replica_racks(image: MetadataImage) -> dict[str, tuple[frozenset[str], ...]]:
+    """Each partition's replica racks (`broker.rack` of the live replica brokers), for rack-aware
+    assignment; empty when no broker has a rack."""
+    rack_of = {b: r for b, r in image.live_broker_racks().items() if r}
+    if not rack_of:
+        return {}
+    return {name: tuple(frozenset(rack_of[b] for b in info.partitions[p].replicas if b in rack_of)
+                        if p in info.partitions else frozenset() for p in range(len(info.partitions)))
+            for name, info in image.topics.items() if not info.is_internal}
 
 
 async def run(ctx: RequestContext, group_id: str, op: Callable[..., Any], *args: Any) -> Any:
