@@ -60,7 +60,7 @@ EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 # Created at start when missing, parents first (Kafka's persistent ZooKeeper paths that we use).
 PERSISTENT_PATHS = ("/admin", DELETE_TOPICS_PATH, "/brokers", "/brokers/ids", TOPICS_PATH, "/cluster",
-                    "/config", TOPIC_CONFIGS_PATH, "/config/brokers", ISR_CHANGE_NOTIFICATION_PATH)
+                    "/config", TOPIC_CONFIGS_PATH, "/config/brokers", "/config/changes", ISR_CHANGE_NOTIFICATION_PATH)
 
 __all__ = ["Controller", "MAX_PARTITIONS_PER_REQUEST", "EXCESSIVE_PARTITIONS", "EXCESSIVE_BATCH",
            "PRODUCER_ID_BLOCK_PATH", "requested_partitions"]
@@ -381,10 +381,14 @@ class Controller:
 
     # ------------------------------------------------------------------------------------------ configs
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.write_topic_configs(name, configs)
+        self.image.with_configs(name, configs)
+
+    def write_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """The store write of `set_topic_configs` alone (safe on a worker thread; then `image.with_configs`)."""
         path = config_path(name)
         op = SetData(path, config_node(configs)) if self.store.exists(path) else Create(path, config_node(configs))
         self.store.multi([op])
-        self.image.with_configs(name, configs)
 
     # ------------------------------------------------------------------------------------------ deletion
     @staticmethod

@@ -235,3 +235,20 @@ def test_create_partitions_is_refused_while_the_topic_is_reassigned_and_keeps_th
     assert ac.list_reassignments(None) == {}
     plan = ac.cluster.plan_partitions("t", 3, None, [1, 2, 3])
     assert sorted(plan.partitions) == [0, 1, 2]
+
+
+def test_the_controller_purges_config_change_notifications_after_fifteen_minutes():
+    from odradek.cluster.config_changes import CONFIG_CHANGES_PATH, topic_entity, write_configs
+    store = EmbeddedStore()
+    ac, fake = make(store, [1, 2, 3], {"t": {0: [1, 2, 3]}})
+    assert ac.config_change_expiration_ms == 15 * 60 * 1000
+    asyncio.run(ac.start())
+    write_configs(store, {topic_entity("t"): {"retention.ms": "1"}})
+    (name,) = store.children(CONFIG_CHANGES_PATH)
+    created = store.created_ms(f"{CONFIG_CHANGES_PATH}/{name}")
+    assert asyncio.run(ac.purge_config_changes(created + 15 * 60 * 1000)) == []
+    assert asyncio.run(ac.purge_config_changes(created + 15 * 60 * 1000 + 1)) == [name]
+    assert store.children(CONFIG_CHANGES_PATH) == []
+    ac.stop()                       # a controller that lost its place purges nothing
+    write_configs(store, {topic_entity("t"): {}})
+    assert asyncio.run(ac.purge_config_changes(2**62)) == [] and len(store.children(CONFIG_CHANGES_PATH)) == 1
