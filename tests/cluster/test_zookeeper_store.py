@@ -50,6 +50,28 @@ def test_nodes_follow_zookeeper_rules(store):
     assert not store.exists("/a") and not store.exists("/a/b") and store.children("/") == []
 
 
+def test_sequential_nodes_are_numbered_by_their_parent_and_carry_a_creation_time(store):
+    import time
+    before = int(time.time() * 1000) - 5000     # ZooKeeper's clock is this machine's, give or take
+    store.create("/changes", {})
+    store.multi([Create("/changes/change_", {"n": 0}, sequential=True),
+                 Create("/changes/change_", {"n": 1}, sequential=True)])
+    store.create("/changes/change_", {"n": 2})        # a plain node, no number
+    store.multi([Create("/changes/change_", {"n": 3}, sequential=True)])
+    numbered = [c for c in store.children("/changes") if c != "change_"]
+    assert len(numbered) == 3 and all(len(c) == len("change_") + 10 and c[-10:].isdigit() for c in numbered)
+    numbers = [int(c[-10:]) for c in numbered]
+    assert numbers == sorted(numbers) and len(set(numbers)) == 3
+    assert [store.get(f"/changes/{c}")[0]["n"] for c in numbered] == [0, 1, 3]
+    store.delete(f"/changes/{numbered[-1]}")
+    store.multi([Create("/changes/change_", {"n": 4}, sequential=True)])
+    assert int(max(store.children("/changes"))[-10:]) > numbers[-1]        # numbers never go back
+    created = store.created_ms(f"/changes/{numbered[0]}")
+    assert before <= created <= int(time.time() * 1000) + 5000
+    with pytest.raises(NoNodeError):
+        store.created_ms("/changes/nope")
+
+
 def test_multi_is_all_or_nothing(store):
     store.multi([Create("/t", {}), Create("/t/p", {"v": 0})])
     with pytest.raises(NodeExistsError):

@@ -22,7 +22,9 @@ broker completes them before it opens anything. A completion that fails (a full 
 and is retried by `retry_deletions` before the next change.
 
 CreatePartitions, one multi per request: per topic a conditional set of /brokers/topics/<t> (the
-version the plan was made against) with the longer partition map, and the new partitions' nodes.
+version the plan was made against) with the longer partition map, and the new partitions' nodes. A
+topic with a reassignment under way is refused with REASSIGNMENT_IN_PROGRESS, as Kafka's ZooKeeper-mode
+broker does (ZkAdminManager.createPartitions).
 
 Bounds: one request creates at most MAX_PARTITIONS_PER_REQUEST partitions (Kafka's controller refuses
 a CreateTopics asking for more with POLICY_VIOLATION, "Excessively large number of partitions per
@@ -58,7 +60,7 @@ EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 # Created at start when missing, parents first (Kafka's persistent ZooKeeper paths that we use).
 PERSISTENT_PATHS = ("/admin", DELETE_TOPICS_PATH, "/brokers", "/brokers/ids", TOPICS_PATH, "/cluster",
-                    "/config", TOPIC_CONFIGS_PATH, "/config/brokers", ISR_CHANGE_NOTIFICATION_PATH)
+                    "/config", TOPIC_CONFIGS_PATH, "/config/brokers", "/config/changes", ISR_CHANGE_NOTIFICATION_PATH)
 
 __all__ = ["Controller", "MAX_PARTITIONS_PER_REQUEST", "EXCESSIVE_PARTITIONS", "EXCESSIVE_BATCH",
            "PRODUCER_ID_BLOCK_PATH", "requested_partitions"]
@@ -269,6 +271,10 @@ class Controller:
         info = self.image.get(name)
         if info is None:
             raise KafkaApiError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+        if self.topic_reassignments(name):
+            # Kafka (ZooKeeper mode) refuses it too: the controller finishing the reassignment and this
+            # request would both rewrite the topic node.
+            _fail(ErrorCode.REASSIGNMENT_IN_PROGRESS, f"A partition reassignment is in progress for the topic '{name}'.")
         current = len(info.partitions)
         if count == current:
             _fail(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")
@@ -291,12 +297,13 @@ class Controller:
         partitions.update((p, initial_state(r)) for p, r in added.items())
         return replace(info, partitions=partitions)
 
-    @staticmethod
-    def partition_ops(plans: list[tuple[TopicInfo, TopicInfo]]) -> list[Op]:
-        """(current, planned) per topic -> the conditional topic write and the new partitions' nodes."""
+    def partition_ops(self, plans: list[tuple[TopicInfo, TopicInfo]]) -> list[Op]:
+        """(current, planned) per topic -> the conditional topic write and the new partitions' nodes.
+        The topic node keeps the adding and removing replicas of a reassignment under way (`plan_partitions`
+        refuses a topic being reassigned; a node written without them would end the reassignment)."""
         ops: list[Op] = []
         for old, new in plans:
-            ops.append(SetData(topic_path(new.name), topic_node(new), old.version))
+            ops.append(SetData(topic_path(new.name), topic_node(new, self.topic_reassignments(new.name)), old.version))
             for p in sorted(set(new.partitions) - set(old.partitions)):
                 ops.append(Create(partition_path(new.name, p), {}))
                 ops.append(Create(state_path(new.name, p), state_node(new.partitions[p])))
@@ -374,10 +381,14 @@ class Controller:
 
     # ------------------------------------------------------------------------------------------ configs
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.write_topic_configs(name, configs)
+        self.image.with_configs(name, configs)
+
+    def write_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """The store write of `set_topic_configs` alone (safe on a worker thread; then `image.with_configs`)."""
         path = config_path(name)
         op = SetData(path, config_node(configs)) if self.store.exists(path) else Create(path, config_node(configs))
         self.store.multi([op])
-        self.image.with_configs(name, configs)
 
     # ------------------------------------------------------------------------------------------ deletion
     @staticmethod

@@ -9,12 +9,16 @@ on ZooKeeper (paths and node formats: `cluster/topics.py`, `cluster/controller.p
     /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch", "leader", "version", "leader_epoch", "isr"}
     /config/topics/<topic>                        {"version": 1, "config": {...}}
     /config/brokers/<id> and /config/brokers/<default>
+    /config/changes/config_change_<seq>           {"version": 2, "entity_path": "topics/<t>"} (cluster/config_changes.py)
     /admin/delete_topics/<topic>                  a deletion under way
     /latest_producer_id_block                     {"version": 1, "broker", "block_start", "block_end"}
 
 The port is ZooKeeper's: a node is created under an existing parent, deleted only without children,
 and `multi(ops)` applies a list of create / set (with a version check) / delete / check-version
-operations all or nothing (ZooKeeper's multi; kazoo's transaction). A failed check raises
+operations all or nothing (ZooKeeper's multi; kazoo's transaction). A sequential create appends a
+10-digit counter of its parent to the name, as ZooKeeper's PERSISTENT_SEQUENTIAL does, and
+`created_ms` is a node's creation time (ZooKeeper's ctime; in the embedded store the time this process
+created or loaded it). A failed check raises
 NoNodeError, NodeExistsError, NotEmptyError or BadVersionError and changes nothing; a failed write
 raises StoreError and changes nothing either. Two adapters implement it: `EmbeddedStore` here (one
 process, persisted through `cluster/journal.py`) and the ZooKeeper adapter (kazoo), which the cluster
@@ -29,6 +33,7 @@ so only it reads the store).
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, Union
 
@@ -61,6 +66,7 @@ class Create:
     path: str
     value: dict
     ephemeral: bool = False
+    sequential: bool = False   # the name gets the parent's next 10-digit sequence number appended
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class MetadataStore(Protocol):
     def delete(self, path: str, version: int = -1, recursive: bool = False) -> None: ...
     def multi(self, ops: Sequence[Op]) -> list[int | None]: ...
     def watch(self, prefix: str, callback: Callable[[str], None]) -> None: ...
+    def created_ms(self, path: str) -> int: ...
 
 
 def parent_of(path: str) -> str:
@@ -126,9 +133,13 @@ class EmbeddedStore:
         self._children: dict[str, set[str]] = {}
         self.watches: list[tuple[str, Callable[[str], None]]] = []
         self._write_lock = threading.Lock()
+        self._created: dict[str, int] = {}          # path -> creation time (ms), in this process
+        self._sequence: dict[str, int] = {}         # parent -> its next sequence number
         if journal is not None:
+            loaded_at = int(time.time() * 1000)
             for path, (value, version) in journal.load().items():
                 self.nodes[path] = (value, version, False)
+                self._created[path] = loaded_at
             for path in self.nodes:
                 self._children.setdefault(parent_of(path), set()).add(path.rsplit("/", 1)[1])
 
@@ -153,6 +164,11 @@ class EmbeddedStore:
 
     def children(self, path: str) -> list[str]:
         return sorted(self._children.get(path.rstrip("/") or "/", ()))
+
+    def created_ms(self, path: str) -> int:
+        if path not in self.nodes:
+            raise NoNodeError(path)
+        return self._created.get(path, 0)
 
     # ------------------------------------------------------------------------------------------ writes
     def create(self, path: str, value: dict, ephemeral: bool = False) -> None:
@@ -200,6 +216,7 @@ class EmbeddedStore:
         child_delta: dict[str, int] = {}
         results: list[int | None] = []
         changes: list[tuple] = []
+        overlay_seq: dict[str, int] = {}         # parent -> sequence numbers taken by this multi
 
         def node(p: str) -> Any:
             n = overlay.get(p)
@@ -211,6 +228,8 @@ class EmbeddedStore:
             path = op.path
             if not path.startswith("/") or path.endswith("/") or "//" in path:
                 raise ValueError(f"invalid path {path!r}")
+            if isinstance(op, Create) and op.sequential:
+                path = f"{path}{self._next_sequence(parent_of(path), overlay_seq):010d}"
             current = node(path)
             if isinstance(op, Create):
                 if current is not None:
@@ -247,17 +266,33 @@ class EmbeddedStore:
                 raise TypeError(f"not a store op: {op!r}")
         return results, changes
 
+    def _next_sequence(self, parent: str, taken: dict[str, int]) -> int:
+        """ZooKeeper's counter of a parent: one more than the last sequence number handed out."""
+        if parent not in taken:
+            first = self._sequence.get(parent)
+            if first is None:     # after a restart: past every numbered child
+                numbers = [int(c[-10:]) for c in self._children.get(parent, ()) if c[-10:].isdigit()]
+                first = max(numbers) + 1 if numbers else 0
+            taken[parent] = first
+        number = taken[parent]
+        taken[parent] = number + 1
+        return number
+
     def _apply(self, kind: str, path: str, value: Any, ephemeral: bool) -> None:
         parent, _, name = path.rpartition("/")
         parent = parent or "/"
         if kind == "c":
             self.nodes[path] = (value, 0, ephemeral)
+            self._created[path] = int(time.time() * 1000)
             self._children.setdefault(parent, set()).add(name)
+            if name[-10:].isdigit():
+                self._sequence[parent] = max(self._sequence.get(parent, 0), int(name[-10:]) + 1)
         elif kind == "s":
             _, version, eph = self.nodes[path]
             self.nodes[path] = (value, version + 1, eph)
         else:
             del self.nodes[path]
+            self._created.pop(path, None)
             siblings = self._children.get(parent)
             if siblings is not None:
                 siblings.discard(name)

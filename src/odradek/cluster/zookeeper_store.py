@@ -149,6 +149,13 @@ class ZooKeeperStore:
         except KzNoNode:
             return []
 
+    def created_ms(self, path: str) -> int:
+        """The node's ctime: when ZooKeeper created it (ms since the epoch)."""
+        stat = self._wait(self._zk.exists_async(path), f"reading {path}")
+        if stat is None:
+            raise NoNodeError(path)
+        return int(stat.ctime)
+
     # ------------------------------------------------------------------------------------------ writes
     def create(self, path: str, value: dict, ephemeral: bool = False) -> None:
         self.multi([Create(path, value, ephemeral)])
@@ -173,7 +180,7 @@ class ZooKeeperStore:
         t = self._zk.transaction()
         for op in ops:
             if isinstance(op, Create):
-                t.create(op.path, encode(op.value), ephemeral=op.ephemeral)
+                t.create(op.path, encode(op.value), ephemeral=op.ephemeral, sequence=op.sequential)
             elif isinstance(op, SetData):
                 t.set_data(op.path, encode(op.value), version=op.version)
             elif isinstance(op, Delete):

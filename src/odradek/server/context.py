@@ -10,7 +10,7 @@ with the request header and the connection (and its listener) it came on. Collab
 - `coordinators`: the group coordinator runtime (transactions next) and its offsets topic;
 - `controller`: the channel for changes the controller makes (topics, configs, producer ids;
   `controller_channel.py`);
-- `log_dirs`: the log directories (DescribeLogDirs);
+- `log_dirs`: the log directories (DescribeLogDirs, AlterReplicaLogDirs);
 - `workers`: the bounded worker pool for work that grows with its input; `clock`: milliseconds.
 """
 
@@ -42,7 +42,15 @@ class LogDirs(Protocol):
 
     def logs(self) -> Iterator[tuple[tuple[str, int], Any]]: ...
 
+    def get_log(self, topic: str, partition: int) -> Any: ...
+
     def log_dir_of(self, topic: str, partition: int) -> Path | None: ...
+
+    def future_logs(self) -> Iterator[tuple[tuple[str, int], Any, Path]]:
+        """Replicas being moved to another log dir: (partition, future log, destination dir)."""
+
+    def alter_replica_log_dir(self, topic: str, partition: int, path: str, now_ms: int) -> bool:
+        """Move a replica to the log dir `path` (AlterReplicaLogDirs); storage errors carry the code."""
 
 
 @dataclass(frozen=True, slots=True)

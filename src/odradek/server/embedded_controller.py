@@ -378,30 +378,41 @@ class EmbeddedController:
         return pid
 
     # ------------------------------------------------------------------------------------------ configs
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a topic's overrides; produce, fetch and the logs see them at once."""
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a topic's overrides (the store write on the worker pool); produce, fetch and the
+        logs see them once it is recorded."""
         try:
-            self.controller.set_topic_configs(name, configs)
+            await self.workers.run(self.controller.write_topic_configs, name, configs)
         except StoreError as e:
             raise _storage_error(f"Cannot record the configs of {name}: {e}") from e
+        self.controller.image.with_configs(name, configs)
         self._publish([name])
         self.reconfigure_logs(name)
 
-    def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
-                                   default: dict[str, str] | None = None) -> None:
+    async def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
+                                         default: dict[str, str] | None = None) -> None:
         """Replace a dynamic layer (`/config/brokers/<id>` or `/config/brokers/<default>`).
         Raises ConfigError, before anything is stored, if the new layer is not allowed."""
-        new = self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
+        self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
+        try:
+            await self.workers.run(self._write_dynamic_layers, per_broker, default)
+        except StoreError as e:
+            raise _storage_error(f"Cannot record the broker configs: {e}") from e
+        self.apply_dynamic_broker_configs(per_broker, default)
+
+    def _write_dynamic_layers(self, per_broker: dict[str, str] | None, default: dict[str, str] | None) -> None:
         ops: list[Op] = []
         for entity, layer in ((str(self.broker_id), per_broker), ("<default>", default)):
             if layer is not None:
                 path = f"{DYNAMIC_BROKER_CONFIG_PATH}/{entity}"
                 value = {"version": 1, "config": dict(layer)}
                 ops.append(SetData(path, value) if self.store.exists(path) else Create(path, value))
-        try:
-            self.store.multi(ops)
-        except StoreError as e:
-            raise _storage_error(f"Cannot record the broker configs: {e}") from e
+        self.store.multi(ops)
+
+    def apply_dynamic_broker_configs(self, per_broker: dict[str, str] | None, default: dict[str, str] | None) -> None:
+        """Recorded dynamic layers (None: unchanged) in the image, the logs and the cleaner. Raises
+        ConfigError if they are not allowed."""
+        new = self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
         self.metadata.update(self.metadata.image.with_config(new))
         self.reconfigure_logs(None)
         self.logs.update_cleaner_config(cleaner_config(new))

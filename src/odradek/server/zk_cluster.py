@@ -16,6 +16,11 @@ its membership in the cluster:
 - ISR changes of partitions led here (the replica manager's AlterPartition port): written to the
   partition's state node conditionally on its version, with a notification under
   `/isr_change_notification` in the same multi for the controller;
+- config changes (AlterConfigs, IncrementalAlterConfigs) made through any broker: the topic's or
+  dynamic broker layer's node and a change notification under `/config/changes` in one multi; every
+  broker watches `/config/changes` and applies the configs the new notifications name to its image,
+  its partitions' logs and its dynamic broker layers (`cluster/config_changes.py`); the controller
+  deletes notifications older than 15 minutes;
 - topic changes: only the active controller makes them; another broker's CreateTopics, DeleteTopics and
   CreatePartitions answer NOT_CONTROLLER (clients send them to the controller Metadata names), and the
   topics a Metadata request or FindCoordinator creates are asked of the controller with a CreateTopics
@@ -39,6 +44,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator
 
+from odradek.cluster.config_changes import (
+    CONFIG_CHANGES_PATH, TOPICS, broker_entity, read_changes, read_configs,
+    topic_entity, write_configs,
+)
 from odradek.cluster.controller import ISR_CHANGE_NOTIFICATION_PATH, Controller
 from odradek.cluster.producer_ids import ProducerIdManager
 from odradek.cluster.registration import (
@@ -55,6 +64,7 @@ from odradek.protocol.messages import create_topics as ctm
 from odradek.protocol.messages import leader_and_isr as lm
 from odradek.protocol.messages import stop_replica as sm
 from odradek.protocol.messages import update_metadata as um
+from odradek.server.config import ConfigError
 from odradek.server.embedded_controller import EmbeddedController, LogStore
 from odradek.server.inter_broker import BrokerChannels, BrokerUnreachable
 from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache
@@ -101,6 +111,13 @@ class ZkCluster(EmbeddedController):
         self._isolation_check: asyncio.Task[None] | None = None
         self._stepped_down = False
         self._configs_unknown: set[str] = set()      # topics whose configs the store could not give
+        # Config change notifications: the last one applied, and one pass over new ones at a time (a
+        # change seen meanwhile makes it go again). Passes and the configs UpdateMetadata reads for
+        # new topics take `_configs_lock`, so an older read never replaces a newer one.
+        self._last_config_change = -1
+        self._config_changes_running = False
+        self._config_changes_again = False
+        self._configs_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------------------ store calls
     async def run_store(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -144,6 +161,7 @@ class ZkCluster(EmbeddedController):
         self.store.watch(CONTROLLER_PATH, self._from_zookeeper(self._controller_changed))
         self.store.watch(BROKER_IDS_PATH, self._from_zookeeper(self._brokers_changed))
         self.store.watch(ISR_CHANGE_NOTIFICATION_PATH, self._from_zookeeper(self._isr_changed))
+        self.store.watch(CONFIG_CHANGES_PATH, self._from_zookeeper(self._config_changes))
         await self._elect_controller()
 
     def _session_changed(self, state: str) -> None:
@@ -225,6 +243,7 @@ class ZkCluster(EmbeddedController):
             return
         if self._configs_unknown:
             self._spawn(self._reload_configs())
+        self._config_changes()       # notifications written while ZooKeeper was away
         if self._session_lost or self._stepped_down:
             self._session_lost = False
             self._spawn(self._rejoin())
@@ -234,14 +253,82 @@ class ZkCluster(EmbeddedController):
             self._isr_changed()
 
     async def _reload_configs(self) -> None:
-        names = sorted(self._configs_unknown)
-        configs = await self.run_store(_read_configs, self.store, names)
-        self._configs_unknown.difference_update(names)
+        async with self._configs_lock:
+            names = sorted(self._configs_unknown)
+            configs = await self.run_store(_read_configs, self.store, names)
+            self._configs_unknown.difference_update(names)
+            self._apply_topic_configs(configs)
+
+    # ------------------------------------------------------------------------------ config changes
+    def _config_changes(self) -> None:
+        """/config/changes changed (or the session is back): apply the new notifications."""
+        if self._stopping:
+            return
+        if self._config_changes_running:
+            self._config_changes_again = True
+            return
+        self._config_changes_running = True
+        self._spawn(self._apply_config_changes())
+
+    async def _apply_config_changes(self) -> None:
+        try:
+            again = True
+            while again:
+                self._config_changes_again = False
+                await self._config_change_pass()
+                again = self._config_changes_again
+        finally:
+            self._config_changes_running = False
+        active = self.active
+        if active is not None and active.active:
+            await active.purge_config_changes(self.clock())
+
+    async def _config_change_pass(self) -> None:
+        async with self._configs_lock:
+            entities, last = await self.run_store(read_changes, self.store, self._last_config_change)
+            mine = (broker_entity(self.broker_id), broker_entity(None))
+            topics = [e for e in entities if e.startswith(TOPICS + "/") and self._hosts_topic(e[len(TOPICS) + 1:])]
+            brokers = any(e in mine for e in entities)
+            wanted = topics + (list(mine) if brokers else [])
+            configs = await self.run_store(read_configs, self.store, wanted) if wanted else {}
+            self._apply_topic_configs({e[len(TOPICS) + 1:]: configs[e] for e in topics})
+            if brokers:
+                per_broker, default = configs[mine[0]], configs[mine[1]]
+                if (per_broker, default) != (self.config.dynamic_broker, self.config.dynamic_default):
+                    try:
+                        self.apply_dynamic_broker_configs(per_broker, default)
+                        log.info("dynamic broker configs changed: %s (default %s)", per_broker, default)
+                    except ConfigError as e:
+                        log.error("ignoring the changed dynamic broker configs: %s", e)
+            if entities:
+                log.info("applied config changes of %s", ", ".join(entities[:10]))
+            self._last_config_change = last
+
+    def _hosts_topic(self, name: str) -> bool:
+        """A topic this broker's image or controller knows (others get their configs when they arrive)."""
+        return self.metadata.image.topic(name) is not None or (
+            self.active is not None and self.active.cluster.image.get(name) is not None)
+
+    def _apply_topic_configs(self, configs: dict[str, dict[str, str]]) -> None:
+        """Recorded topic configs into the image (and the controller's), then into the topics' logs."""
         image = self.metadata.image
-        put = [replace(info, configs=configs[n]) for n in names if (info := image.topic(n)) is not None]
+        put = [replace(info, configs=dict(c)) for n, c in configs.items()
+               if (info := image.topic(n)) is not None and info.configs != c]
         self.metadata.update(image.with_topics(put))
-        for n in names:
-            self.reconfigure_logs(n)
+        for name, c in configs.items():
+            if self.active is not None:
+                self.active.cluster.image.with_configs(name, c)
+            self._configs_unknown.discard(name)
+        for info in put:
+            self.reconfigure_logs(info.name)
+
+    async def _purge_config_changes(self, active: ActiveController) -> None:
+        """While this broker is the controller: notifications older than their expiration go, checked
+        every minute (and after each pass over new ones)."""
+        while active.active:
+            await asyncio.sleep(min(60.0, active.config_change_expiration_ms / 1000))
+            if active.active:
+                await active.purge_config_changes(self.clock())
 
     async def _rejoin(self) -> None:
         assert self._registration is not None
@@ -314,6 +401,7 @@ class ZkCluster(EmbeddedController):
                 self._set_controller_id(self.broker_id)
                 await active.start()
                 active.spawn(self._rebalance_leaders(active))
+                active.spawn(self._purge_config_changes(active))
                 return
             holder = await self.run_store(current_controller, self.store)
         if holder != self.broker_id:
@@ -393,33 +481,39 @@ class ZkCluster(EmbeddedController):
             new_names = [t for t, (tid, _) in states.items()
                          if (image.topic(t) is None or image.topic(t).topic_id != tid)  # type: ignore[union-attr]
                          and any(s.leader != LEADER_DURING_DELETE for s in states[t][1])]
-            configs: dict[str, dict[str, str]] = {}
-            if new_names:
-                try:
-                    configs = await self.run_store(_read_configs, self.store, new_names)
-                except StoreError as e:    # ZooKeeper away: the defaults for now, the overrides once back
-                    log.warning("the configs of %s are not readable yet: %s", ", ".join(new_names[:5]), e)
-                    self._configs_unknown.update(new_names)
-            put, gone = [], []
-            image = self.metadata.image          # the store read above yielded
-            for name, (topic_id, parts) in states.items():
-                if any(s.leader == LEADER_DURING_DELETE for s in parts):
-                    gone.append(name)
-                    continue
-                old = image.topic(name)
-                kept = old if old is not None and old.topic_id == topic_id else None
-                partitions = dict(kept.partitions) if kept is not None else {}
-                for s in parts:
-                    partitions[s.partition_index] = PartitionState(s.leader, s.leader_epoch, list(s.isr), list(s.replicas))
-                put.append(TopicInfo(name, topic_id, dict(sorted(partitions.items())),
-                                     kept.configs if kept is not None else configs.get(name, {}),
-                                     kept.version if kept is not None else 0))
-            new = image.with_brokers(brokers, request.controller_id).with_topics(put).without_topics(gone)
-            self.metadata.update(new)
-            for name in gone:
-                keys = [(name, p) for p in (image.topic(name).partitions if image.topic(name) else ())]  # type: ignore[union-attr]
-                self.fetchers.unfollow(keys)
-            return ErrorCode.NONE
+            async with self._configs_lock:
+                return await self._apply_update_metadata(request, brokers, states, new_names)
+
+    async def _apply_update_metadata(self, request: um.UpdateMetadataRequest, brokers: dict[int, BrokerRegistration],
+                                     states: dict[str, tuple[uuid.UUID, list[Any]]], new_names: list[str]) -> ErrorCode:
+        """The image UpdateMetadata makes (with the configs of topics new here read from the store)."""
+        configs: dict[str, dict[str, str]] = {}
+        if new_names:
+            try:
+                configs = await self.run_store(_read_configs, self.store, new_names)
+            except StoreError as e:    # ZooKeeper away: the defaults for now, the overrides once back
+                log.warning("the configs of %s are not readable yet: %s", ", ".join(new_names[:5]), e)
+                self._configs_unknown.update(new_names)
+        put, gone = [], []
+        image = self.metadata.image          # the store read above yielded
+        for name, (topic_id, parts) in states.items():
+            if any(s.leader == LEADER_DURING_DELETE for s in parts):
+                gone.append(name)
+                continue
+            old = image.topic(name)
+            kept = old if old is not None and old.topic_id == topic_id else None
+            partitions = dict(kept.partitions) if kept is not None else {}
+            for s in parts:
+                partitions[s.partition_index] = PartitionState(s.leader, s.leader_epoch, list(s.isr), list(s.replicas))
+            put.append(TopicInfo(name, topic_id, dict(sorted(partitions.items())),
+                                 kept.configs if kept is not None else configs.get(name, {}),
+                                 kept.version if kept is not None else 0))
+        new = image.with_brokers(brokers, request.controller_id).with_topics(put).without_topics(gone)
+        self.metadata.update(new)
+        for name in gone:
+            keys = [(name, p) for p in (image.topic(name).partitions if image.topic(name) else ())]  # type: ignore[union-attr]
+            self.fetchers.unfollow(keys)
+        return ErrorCode.NONE
 
     async def leader_and_isr(self, request: lm.LeaderAndIsrRequest) -> dict[tuple[str, int], ErrorCode]:
         async with self._member_lock:
@@ -614,20 +708,29 @@ class ZkCluster(EmbeddedController):
                     pid = ids.next_id()
         return pid
 
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a topic's overrides in the store and in this broker's image."""
-        path = config_path(name)
-        value = {"version": 1, "config": dict(configs)}
-        try:
-            self.store.multi([SetData(path, value) if self.store.exists(path) else Create(path, value)])
-        except StoreError as e:
-            raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot record the configs of {name}: {e}") from e
-        info = self.metadata.image.topic(name)
-        if info is not None:
-            self.metadata.update(self.metadata.image.with_topics([replace(info, configs=dict(configs))]))
-        if self.active is not None:
-            self.active.cluster.image.with_configs(name, configs)
-        self.reconfigure_logs(name)
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a topic's overrides: the config node and a change notification in one multi (off the
+        event loop), then this broker's image and logs; the other brokers follow the notification."""
+        async with self._configs_lock:
+            try:
+                await self.run_store(write_configs, self.store, {topic_entity(name): configs})
+            except (StoreError, KeyError) as e:
+                raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot record the configs of {name}: {e}") from e
+            self._apply_topic_configs({name: dict(configs)})
+
+    async def set_dynamic_broker_configs(self, *, per_broker: dict[str, str] | None = None,
+                                         default: dict[str, str] | None = None) -> None:
+        """Replace a dynamic broker layer (this broker's, or the cluster-wide default) with a change
+        notification, so every broker (the default) or a restarted one (its own) applies it."""
+        self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)    # ConfigError first
+        changes = {broker_entity(b): layer for b, layer in ((self.broker_id, per_broker), (None, default))
+                   if layer is not None}
+        async with self._configs_lock:
+            try:
+                await self.run_store(write_configs, self.store, changes)
+            except (StoreError, KeyError) as e:
+                raise KafkaApiError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot record the broker configs: {e}") from e
+            self.apply_dynamic_broker_configs(per_broker, default)
 
 
 @contextlib.contextmanager

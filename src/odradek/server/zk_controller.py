@@ -13,7 +13,9 @@ A broker runs this while it holds the controller lease (`cluster/registration.py
 - watches `/isr_change_notification`, where leaders announce the ISR changes they recorded, and sends
   UpdateMetadata with them;
 - makes topic changes (create, add partitions, delete) that handlers planned, and moves leadership
-  off a broker asking for a controlled shutdown.
+  off a broker asking for a controlled shutdown;
+- deletes config change notifications (`/config/changes`) older than 15 minutes (Kafka's
+  changeExpirationMs; every broker has applied them by then).
 Every state write is conditional on the state node's version (a leader changing its ISR at the same
 time makes it fail; the controller reads the states again and retries) and on the controller epoch (a
 controller whose lease was taken has every write refused). Requests to one broker go in order, one at
@@ -28,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
+from odradek.cluster.config_changes import CHANGE_EXPIRATION_MS, purge_expired_changes
 from odradek.cluster.controller import ISR_CHANGE_NOTIFICATION_PATH, Controller
 from odradek.cluster.elections import NO_LEADER, elect_offline, elect_preferred, shut_down_broker
 from odradek.cluster.registration import ControllerLease, controller_epoch, live_brokers, parse_endpoints
@@ -55,7 +58,7 @@ RunStore = Callable[..., Awaitable[Any]]
 class ActiveController:
     def __init__(self, broker_id: int, store: MetadataStore, lease: ControllerLease, run_store: RunStore,
                  channels: BrokerChannels, unclean_allowed: Callable[[str], bool],
-                 request_timeout_ms: int = 30_000) -> None:
+                 request_timeout_ms: int = 30_000, config_change_expiration_ms: int = CHANGE_EXPIRATION_MS) -> None:
         self.broker_id = broker_id
         self.store = store
         self.lease = lease
@@ -63,6 +66,7 @@ class ActiveController:
         self.channels = channels
         self.unclean_allowed = unclean_allowed
         self.request_timeout_ms = request_timeout_ms
+        self.config_change_expiration_ms = config_change_expiration_ms
         self.cluster = Controller(store, broker_id)
         self.live: dict[int, dict] = {}      # broker id -> its registration node
         self.lock = asyncio.Lock()           # one controller event at a time (Kafka's event queue)
@@ -159,6 +163,17 @@ class ActiveController:
             if changed:
                 await self._update_metadata(set(self.live), changed)
                 await self._complete_reassignments(changed)
+
+    async def purge_config_changes(self, now_ms: int) -> list[str]:
+        """Delete the config change notifications older than their expiration; their names."""
+        if not self.active:
+            return []
+        purged: list[str] = await self.run_store(purge_expired_changes, self.store, now_ms,
+                                                 self.config_change_expiration_ms)
+        if purged:
+            log.info("purged %d config change notification(s) older than %d ms", len(purged),
+                     self.config_change_expiration_ms)
+        return purged
 
     # ------------------------------------------------------------------------------ elections
     def _all_keys(self) -> list[Key]:

@@ -11,6 +11,8 @@ OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 RECORD_LIST_TOO_LARGE = 18
 INVALID_TOPIC_EXCEPTION = 17
+REPLICA_NOT_AVAILABLE = 9
+LOG_DIR_NOT_FOUND = 57
 UNKNOWN_SERVER_ERROR = -1
 
 
@@ -69,3 +71,19 @@ class InvalidTopicError(StorageError):
 
 class InconsistentMetaPropertiesError(StorageError):
     """meta.properties disagrees with the configured broker.id or across log dirs (cluster.id)."""
+
+
+class LogDirNotFoundError(StorageError):
+    """A path that is not one of `log.dirs` (Kafka's LogDirNotFoundException, LOG_DIR_NOT_FOUND)."""
+
+    error_code = LOG_DIR_NOT_FOUND
+
+
+class LogDirOfflineError(StorageError):
+    """A log dir that cannot be used (Kafka's KafkaStorageException for an offline dir)."""
+
+
+class ReplicaNotHostedError(StorageError):
+    """No log of the partition here (AlterReplicaLogDirs' REPLICA_NOT_AVAILABLE)."""
+
+    error_code = REPLICA_NOT_AVAILABLE

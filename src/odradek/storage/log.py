@@ -53,7 +53,7 @@ from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
     RecordListTooLargeError, UnexpectedAppendOffsetError
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP
-from odradek.storage.names import parse_partition_dir_name
+from odradek.storage.names import parse_log_dir_name
 from odradek.storage.producer_state import CompletedTxn, PreparedAppend, ProducerStateManager, \
     load_producer_state
 from odradek.storage.recovery import recover_segment
@@ -93,7 +93,7 @@ class Log:
     def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
                  decompress: Decompress | None) -> None:
         self.dir = directory
-        self.topic, self.partition = parse_partition_dir_name(directory.name)
+        self.topic, self.partition = parse_log_dir_name(directory.name)
         self.config = config
         self.decompress = decompress or codecs.decompress
         self._segments = segments
@@ -118,8 +118,9 @@ class Log:
         """Open or create the log in `directory` (named <topic>-<partition>).
 
         With `needs_recovery` (no clean-shutdown marker) every segment from the one holding
-        `recovery_point` on is re-validated by CRC and cut at the first bad batch."""
-        parse_partition_dir_name(directory.name)
+        `recovery_point` on is re-validated by CRC and cut at the first bad batch. A future replica's
+        directory (`<topic>-<partition>.<uuid>-future`, a replica being moved) opens the same way."""
+        parse_log_dir_name(directory.name)
         directory.mkdir(parents=True, exist_ok=True)
         bases = _clean_directory(directory)
         settings: dict[str, Any] = {"index_interval_bytes": config.index_interval_bytes,
@@ -615,6 +616,17 @@ class Log:
         for _, segment in self._pending_deletes:
             segment.delete()
         self._pending_deletes.clear()
+
+    def adopt(self, moved: Log) -> Log:
+        """Become `moved` (the same partition, opened from the log dir it was moved to): whoever holds
+        this object (its partition, fetches in flight) goes on with the moved log. Returns a Log
+        holding what this one was, for its files to be released once no reader needs them."""
+        if (moved.topic, moved.partition) != (self.topic, self.partition):
+            raise ValueError(f"{moved.dir} is not a log of {self.topic}-{self.partition}")
+        previous = Log.__new__(Log)
+        previous.__dict__.update(self.__dict__)
+        self.__dict__.update(moved.__dict__)
+        return previous
 
     def release(self) -> None:
         """Close every file without writing anything (the directory is being deleted)."""

@@ -10,17 +10,23 @@ Each log dir holds partition directories (`<topic>-<partition>/`, see log.py) an
     .kafka_cleanshutdown                present only after a clean close
     <topic>-<partition>.<uuid>-delete/  a deleted partition waiting for file.delete.delay.ms
                                         (the topic shortened to keep the name within 255 bytes)
+    <topic>-<partition>.<uuid>-future/  a replica being moved here from another log dir
+                                        (AlterReplicaLogDirs, see log_mover.py)
 
 At start every partition is loaded; in a dir without the clean-shutdown marker each log is recovered
 from its recovery point (CRC re-validation, truncation of torn tails, index rebuild). The marker is
 removed once loading is done and written again by `close`, after every log is flushed and every
-checkpoint written. A new partition goes to the dir holding the fewest partitions.
+checkpoint written. A new partition goes to the dir AlterReplicaLogDirs named for it (before it
+existed), else to the dir holding the fewest partitions. A replica moves to another dir through a future
+log copied in the background (`alter_replica_log_dir`, log_mover.py); its steps are handed over and
+its swap made by `run_periodic`.
 
 No timers live here: the server calls `run_periodic(now_ms)` from its own timer and it runs whatever
 is due (the log cleaner's hand-offs: swaps of cleaned segments and new passes, retention every
 log.retention.check.interval.ms, checkpoints at their intervals, removal of `.deleted` files) and
 returns when it next wants to be called. The only threads are the cleaner's (`log.cleaner.threads`,
-started by the first `run_periodic`, stopped by `close`); they never call into a Log (cleaner.py).
+started by the first `run_periodic`, stopped by `close`); they never call into a Log (cleaner.py); and
+the mover's, which appends to future logs only (log_mover.py).
 Flushing of rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only
 every log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does
 nothing there). Not thread-safe: one caller at a time.
@@ -28,6 +34,8 @@ nothing there). Not thread-safe: one caller at a time.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -41,13 +49,16 @@ from odradek.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, \
 from odradek.storage.cleaner import CleanerStats, LogCleaner
 from odradek.storage.config import CleanerConfig, LogConfig, LogManagerConfig
 from odradek.storage.errors import InconsistentMetaPropertiesError, InvalidTopicError, \
-    StorageError
+    LogDirNotFoundError, LogDirOfflineError, OffsetOutOfRangeError, ReplicaNotHostedError, StorageError
 from odradek.storage.log import Log
-from odradek.storage.names import parse_partition_dir_name, partition_dir_name
+from odradek.storage.log_mover import STEP_BYTES, CopyStep, MoverThread, ReplicaMove
+from odradek.storage.names import MAX_DIR_NAME_BYTES, future_dir_name, is_future_dir_name, \
+    parse_log_dir_name, parse_partition_dir_name, partition_dir_name
 from odradek.storage.timestamps import Decompress
 
+logger = logging.getLogger("odradek.storage")
+
 DELETE_DIR_SUFFIX = "-delete"
-MAX_DIR_NAME_BYTES = 255
 
 
 def delete_dir_name(topic: str, partition: int) -> str:
@@ -71,6 +82,10 @@ class LogManager:
         self._due: dict[str, int] = {}
         self._closed = False
         self.cleaner: LogCleaner | None = None
+        self._moves: dict[TopicPartition, ReplicaMove] = {}
+        self._preferred_dir: dict[TopicPartition, Path] = {}
+        self._mover: MoverThread | None = None
+        self._futures_found: list[Path] = []
 
     @classmethod
     def open(cls, config: LogManagerConfig, *, now_ms: int, decompress: Decompress | None = None,
@@ -79,6 +94,7 @@ class LogManager:
         manager = cls(config, decompress=decompress, config_for_topic=config_for_topic)
         for log_dir in manager.log_dirs:
             manager._load_dir(log_dir, now_ms)
+        manager._resolve_futures(now_ms)
         for log_dir in manager.log_dirs:
             remove_clean_shutdown_marker(log_dir)
         manager.cleaner = LogCleaner(manager, config.cleaner)
@@ -102,6 +118,9 @@ class LogManager:
             if entry.name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
+            if is_future_dir_name(entry.name):
+                self._futures_found.append(entry)
+                continue
             try:
                 tp = parse_partition_dir_name(entry.name)
             except InvalidTopicError:
@@ -115,6 +134,24 @@ class LogManager:
                 high_watermark=high_watermarks.get(tp, 0),
                 needs_recovery=not clean, decompress=self.decompress)
             self._dir_of[tp] = log_dir
+
+    def _resolve_futures(self, now_ms: int) -> None:
+        """Future dirs found at start: beside their current log, an unfinished move (removed); alone,
+        a swap cut short after the current log was renamed away (the future becomes the log)."""
+        for entry in self._futures_found:
+            tp = parse_log_dir_name(entry.name)
+            if tp in self._logs:
+                logger.info("removing %s: a move of %s-%d to another log dir that did not finish", entry, *tp)
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            final = entry.parent / partition_dir_name(*tp)
+            entry.rename(final)
+            fsync_dir(entry.parent)
+            logger.info("%s-%d: finishing its move to %s", tp[0], tp[1], entry.parent)
+            self._logs[tp] = Log.open(final, self._config_for_topic(tp[0]), now_ms=now_ms, needs_recovery=True,
+                                      decompress=self.decompress)
+            self._dir_of[tp] = entry.parent
+        self._futures_found = []
 
     def ensure_meta_properties(self, broker_id: int, cluster_id: str | None = None) -> str | None:
         """Check meta.properties in every dir against broker_id (and cluster_id when known), write
@@ -157,7 +194,7 @@ class LogManager:
         counts = {d: 0 for d in self.log_dirs}
         for d in self._dir_of.values():
             counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])  # first of the least loaded
+        log_dir = self._preferred_dir.pop(tp, None) or min(self.log_dirs, key=lambda d: counts[d])
         log = Log.open(log_dir / name, config or self._config_for_topic(topic), now_ms=now_ms,
                        decompress=self.decompress)
         fsync_dir(log_dir)
@@ -171,6 +208,9 @@ class LogManager:
         With sync=False the log dir is not fsynced here: a caller removing many logs fsyncs each
         log dir (`log_dir_of` before the call) once, before it relies on the renames."""
         tp = (topic, partition)
+        self._preferred_dir.pop(tp, None)
+        if tp in self._moves:
+            self.cancel_move(topic, partition, now_ms)
         log = self._logs.pop(tp, None)
         if log is None:
             return False
@@ -190,6 +230,127 @@ class LogManager:
         if log.config.file_delete_delay_ms == 0:
             self._remove_deleted_dirs(now_ms)
         return True
+
+    # ---- moves between log dirs (AlterReplicaLogDirs) -------------------------------------------------
+
+    def alter_replica_log_dir(self, topic: str, partition: int, path: str, now_ms: int) -> bool:
+        """Move the partition's replica to the log dir `path` (Kafka's ReplicaManager.alterReplicaLogDirs):
+        True if a move started, False if there is nothing to do (already there, or moving there).
+        A move to another dir replaces one under way; a move back to the current dir cancels it.
+        Raises InvalidTopicError (the future dir's name would be too long), LogDirNotFoundError (not
+        one of log.dirs, by absolute path), LogDirOfflineError (the dir is gone or unwritable),
+        ReplicaNotHostedError (no log here: the dir is remembered for when it is created)."""
+        tp = (topic, partition)
+        if len(future_dir_name(topic, partition).encode()) > MAX_DIR_NAME_BYTES:
+            raise InvalidTopicError("The topic name is too long.")
+        dest = next((d for d in self.log_dirs if os.path.abspath(d) == path), None)
+        if dest is None:
+            raise LogDirNotFoundError(f"Failed to find log dir {path}.")
+        if not dest.is_dir() or not os.access(dest, os.W_OK | os.X_OK):
+            raise LogDirOfflineError(f"Log directory {path} is offline")
+        move = self._moves.get(tp)
+        if move is not None and move.dest_dir != dest:
+            self.cancel_move(topic, partition, now_ms)
+        current = self._logs.get(tp)
+        if current is None:
+            self._preferred_dir[tp] = dest
+            raise ReplicaNotHostedError(f"{topic}-{partition} has no replica on this broker")
+        if self._dir_of[tp] == dest or tp in self._moves:
+            return False
+        future_dir = dest / future_dir_name(topic, partition)
+        future = Log.open(future_dir, current.config, now_ms=now_ms, log_start_offset=current.log_start_offset,
+                          high_watermark=current.high_watermark, decompress=self.decompress)
+        fsync_dir(dest)
+        self._moves[tp] = ReplicaMove(topic, partition, future, dest, current.truncations)
+        logger.info("moving %s-%d from %s to %s", topic, partition, self._dir_of[tp], dest)
+        return True
+
+    def future_logs(self) -> Iterator[tuple[TopicPartition, Log, Path]]:
+        """The future logs of the moves under way: (partition, future log, its destination dir)."""
+        return iter([(tp, m.future, m.dest_dir) for tp, m in self._moves.items()])
+
+    def cancel_move(self, topic: str, partition: int, now_ms: int) -> bool:
+        """Stop a move under way and remove its future log (after the step in flight)."""
+        move = self._moves.pop((topic, partition), None)
+        if move is None:
+            return False
+        if move.step is not None:
+            move.step.done.wait()
+        doomed = move.dest_dir / delete_dir_name(topic, partition)
+        move.future.dir.rename(doomed)
+        self._deleting.append((now_ms, move.future, doomed))
+        logger.info("move of %s-%d to %s stopped", topic, partition, move.dest_dir)
+        return True
+
+    def _advance_moves(self, now_ms: int) -> None:
+        """The owner's part of each move: take a finished step, hand over the next or swap."""
+        for tp, move in list(self._moves.items()):
+            current = self._logs.get(tp)
+            if current is None:
+                self.cancel_move(*tp, now_ms)
+                continue
+            step = move.step
+            if step is not None:
+                if not step.done.is_set():
+                    continue
+                move.step = None
+                if step.error is not None:
+                    logger.error("moving %s-%d to %s failed: %s", tp[0], tp[1], move.dest_dir, step.error)
+                    self.cancel_move(*tp, now_ms)
+                    continue
+            future = move.future
+            start_at = None
+            if current.truncations != move.truncations or not (
+                    current.log_start_offset <= future.log_end_offset <= current.log_end_offset):
+                start_at = current.log_start_offset       # truncated or passed by retention: start over
+                move.truncations = current.truncations
+            elif future.log_end_offset == current.log_end_offset:
+                self._swap(move, current, now_ms)
+                continue
+            offset = future.log_end_offset if start_at is None else start_at
+            try:
+                # One step appends at most a segment's worth: a follower append may not be larger.
+                step_bytes = min(STEP_BYTES, current.config.segment_bytes)
+                slices = current.read(offset, step_bytes) if offset < current.log_end_offset else []
+            except OffsetOutOfRangeError:
+                continue                                   # retention moved the start: next round
+            if self._mover is None:
+                self._mover = MoverThread()
+            move.step = CopyStep(slices, start_at, now_ms)
+            self._mover.submit(move, move.step)
+
+    def _swap(self, move: ReplicaMove, current: Log, now_ms: int) -> None:
+        """The future log has caught up: it becomes the partition's log, in the destination dir."""
+        tp = move.key
+        source_dir = self._dir_of[tp]
+        future = move.future
+        future.close()
+        if self.cleaner is not None:
+            self.cleaner.on_log_deleted(tp, current, source_dir)
+        doomed = source_dir / delete_dir_name(*tp)
+        final = move.dest_dir / partition_dir_name(*tp)
+        try:
+            current.dir.rename(doomed)
+            fsync_dir(source_dir)
+            future.dir.rename(final)
+            fsync_dir(move.dest_dir)
+            moved = Log.open(final, current.config, now_ms=now_ms, recovery_point=future.log_end_offset,
+                             log_start_offset=current.log_start_offset, high_watermark=current.high_watermark,
+                             decompress=self.decompress)
+        except (OSError, StorageError) as e:
+            logger.error("moving %s-%d to %s failed in its last step: %s", tp[0], tp[1], move.dest_dir, e)
+            if doomed.exists() and not current.dir.exists():
+                doomed.rename(current.dir)
+            del self._moves[tp]
+            target = final if final.exists() and not future.dir.exists() else future.dir
+            shutil.rmtree(target, ignore_errors=True)
+            return
+        del self._moves[tp]
+        moved.producer_state.producer_id_expiration_ms = current.producer_state.producer_id_expiration_ms
+        previous = current.adopt(moved)
+        self._dir_of[tp] = move.dest_dir
+        self._deleting.append((now_ms + previous.config.file_delete_delay_ms, previous, doomed))
+        logger.info("%s-%d moved from %s to %s", tp[0], tp[1], source_dir, move.dest_dir)
 
     @staticmethod
     def delete_topic_dirs(log_dirs: Iterable[str | Path], topics: set[str]) -> int:
@@ -232,6 +393,8 @@ class LogManager:
         """Run the disk tasks that are due; return the time (ms) they next want to run."""
         if self.cleaner is not None:
             self.cleaner.run_owner_tasks(now_ms)
+        if self._moves:
+            self._advance_moves(now_ms)
         self._remove_deleted_dirs(now_ms)
         for _, log in self.logs():
             log.delete_expired_files(now_ms)
@@ -296,6 +459,11 @@ class LogManager:
         self._closed = True
         if self.cleaner is not None:
             self.cleaner.shutdown()
+        if self._mover is not None:
+            self._mover.stop()
+        for move in self._moves.values():      # removed at the next start (the move is not resumed)
+            move.future.close()
+        self._moves.clear()
         for _, log in self.logs():
             log.flush(now_ms)
             log.close()

@@ -244,6 +244,10 @@ class MemoryLogs:
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self.log_dirs[0] if (topic, partition) in self.opened else None
 
+    def future_logs(self) -> Iterator[tuple[tuple[str, int], MemoryLog, Path]]:
+        """No replica moves between log dirs here (the real ones: tests/unit/storage/test_log_mover.py)."""
+        return iter(())
+
 
 # ------------------------------------------------------------------------------------------ ISR changes
 @dataclass

@@ -205,3 +205,50 @@ def test_a_reassignment_is_refused_for_unknown_brokers_and_cancelled_back():
     assert state(ac, "t", 0).replicas == [1, 3, 2]
     asyncio.run(ac.reassign({("t", 0): None}))
     assert state(ac, "t", 0).replicas == [1, 2] and ac.list_reassignments(None) == {}
+
+
+def test_create_partitions_is_refused_while_the_topic_is_reassigned_and_keeps_the_lists():
+    """Kafka's ZooKeeper-mode CreatePartitions answers REASSIGNMENT_IN_PROGRESS for a topic being
+    reassigned; other topics grow meanwhile, and the topic node keeps the adding and removing lists."""
+    from odradek.cluster.topics import topic_path
+    from odradek.protocol.error_codes import KafkaApiError
+    store = EmbeddedStore()
+    ac, fake = make(store, [1, 2, 3], {"t": {0: [1, 2]}, "u": {0: [1, 2]}})
+    asyncio.run(ac.start())
+    asyncio.run(ac.reassign({("t", 0): [2, 3]}))
+    with pytest.raises(KafkaApiError) as refused:
+        ac.cluster.plan_partitions("t", 2, None, [1, 2, 3])
+    assert refused.value.code is ErrorCode.REASSIGNMENT_IN_PROGRESS
+    assert refused.value.detail == "A partition reassignment is in progress for the topic 't'."
+    old_u = ac.cluster.image.get("u")
+    asyncio.run(ac.add_partitions([(old_u, ac.cluster.plan_partitions("u", 3, None, [1, 2, 3]))]))
+    assert sorted(store.get(topic_path("u"))[0]["partitions"]) == ["0", "1", "2"]
+    # the write a plan made before the reassignment started still keeps the reassignment's lists
+    old_t = ac.cluster.image.get("t")
+    grown = __import__("dataclasses").replace(old_t, partitions={**old_t.partitions, 1: initial_state([3, 1])})
+    asyncio.run(ac.add_partitions([(old_t, grown)]))
+    node = store.get(topic_path("t"))[0]
+    assert node["adding_replicas"] == {"0": [3]} and node["removing_replicas"] == {"0": [1]}
+    assert ac.list_reassignments(None) == {("t", 0): ([2, 3, 1], [3], [1])}
+    # once the reassignment is done (here: cancelled) the topic grows again
+    asyncio.run(ac.reassign({("t", 0): None}))
+    assert ac.list_reassignments(None) == {}
+    plan = ac.cluster.plan_partitions("t", 3, None, [1, 2, 3])
+    assert sorted(plan.partitions) == [0, 1, 2]
+
+
+def test_the_controller_purges_config_change_notifications_after_fifteen_minutes():
+    from odradek.cluster.config_changes import CONFIG_CHANGES_PATH, topic_entity, write_configs
+    store = EmbeddedStore()
+    ac, fake = make(store, [1, 2, 3], {"t": {0: [1, 2, 3]}})
+    assert ac.config_change_expiration_ms == 15 * 60 * 1000
+    asyncio.run(ac.start())
+    write_configs(store, {topic_entity("t"): {"retention.ms": "1"}})
+    (name,) = store.children(CONFIG_CHANGES_PATH)
+    created = store.created_ms(f"{CONFIG_CHANGES_PATH}/{name}")
+    assert asyncio.run(ac.purge_config_changes(created + 15 * 60 * 1000)) == []
+    assert asyncio.run(ac.purge_config_changes(created + 15 * 60 * 1000 + 1)) == [name]
+    assert store.children(CONFIG_CHANGES_PATH) == []
+    ac.stop()                       # a controller that lost its place purges nothing
+    write_configs(store, {topic_entity("t"): {}})
+    assert asyncio.run(ac.purge_config_changes(2**62)) == [] and len(store.children(CONFIG_CHANGES_PATH)) == 1

@@ -7,7 +7,7 @@ from odradek.server.apis.admin_configs import (
     handle_alter_configs, handle_describe_configs, handle_incremental_alter_configs,
 )
 from odradek.server.apis.admin_logs import (
-    handle_delete_records, handle_describe_log_dirs, handle_offset_for_leader_epoch,
+    handle_alter_replica_log_dirs, handle_delete_records, handle_describe_log_dirs, handle_offset_for_leader_epoch,
 )
 from odradek.server.apis.admin_topics import (
     handle_create_partitions, handle_create_topics, handle_delete_topics, handle_describe_topic_partitions,
@@ -79,6 +79,7 @@ HANDLERS: dict[int, HandlerFn] = {
     43: handle_elect_leaders,
     32: handle_describe_configs,
     33: handle_alter_configs,
+    34: handle_alter_replica_log_dirs,
     35: handle_describe_log_dirs,
     36: handle_sasl_authenticate,
     37: handle_create_partitions,

@@ -5,7 +5,9 @@ Resources: topics (2), brokers (4) and broker loggers (8). A broker resource is 
 (its effective config, or its dynamic per-broker layer when altered) or "" (the cluster-wide dynamic
 default layer). Topic overrides live in `/config/topics/<topic>`, dynamic broker layers in
 `/config/brokers/<id>` and `/config/brokers/<default>`; a change takes effect at once, without a
-restart (through the controller channel, `ctx.controller`). Broker loggers are the broker
+restart (through the controller channel, `ctx.controller`); in a cluster on ZooKeeper the write comes
+with a change notification under `/config/changes` and every other broker applies it too
+(`cluster/config_changes.py`). Broker loggers are the broker
 process's Python loggers, with Log4j's level names (TRACE, DEBUG, INFO, WARN, ERROR, FATAL); as in
 Kafka their levels are not persisted.
 
@@ -212,7 +214,7 @@ def _duplicated(resources: Sequence[ac.AlterConfigsResource | iac.AlterConfigsRe
     return dup
 
 
-def _change_topic(ctx: RequestContext, name: str, overrides: dict[str, str], validate_only: bool) -> None:
+async def _change_topic(ctx: RequestContext, name: str, overrides: dict[str, str], validate_only: bool) -> None:
     """ControllerConfigurationValidator, then the existence check, then the change."""
     if not name:
         _fail(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
@@ -226,7 +228,7 @@ def _change_topic(ctx: RequestContext, name: str, overrides: dict[str, str], val
     if ctx.metadata.topic(name) is None:
         _fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
     if not validate_only:
-        ctx.controller.set_topic_configs(name, overrides)
+        await ctx.controller.set_topic_configs(name, overrides)
 
 
 def _broker_layer(ctx: RequestContext, name: str) -> bool:
@@ -236,14 +238,14 @@ def _broker_layer(ctx: RequestContext, name: str) -> bool:
     return bool(name)
 
 
-def _change_broker(ctx: RequestContext, per_broker: bool, layer: dict[str, str], validate_only: bool) -> None:
+async def _change_broker(ctx: RequestContext, per_broker: bool, layer: dict[str, str], validate_only: bool) -> None:
     kwargs = {"per_broker": layer} if per_broker else {"default": layer}
     try:
         ctx.config.with_dynamic(**{("dynamic_broker" if per_broker else "dynamic_default"): layer})
     except ConfigError as e:
         _fail(ErrorCode.INVALID_REQUEST, str(e))
     if not validate_only:
-        ctx.controller.set_dynamic_broker_configs(**kwargs)
+        await ctx.controller.set_dynamic_broker_configs(**kwargs)
 
 
 async def handle_alter_configs(ctx: RequestContext, request: ac.AlterConfigsRequest) -> ac.AlterConfigsResponse:
@@ -255,9 +257,9 @@ async def handle_alter_configs(ctx: RequestContext, request: ac.AlterConfigsRequ
             _precheck(r, duplicated, incremental=False)
             new = {c.name: c.value for c in r.configs}
             if r.resource_type == BROKER:
-                _change_broker(ctx, _broker_layer(ctx, r.resource_name), new, request.validate_only)
+                await _change_broker(ctx, _broker_layer(ctx, r.resource_name), new, request.validate_only)
             elif r.resource_type == TOPIC:
-                _change_topic(ctx, r.resource_name, new, request.validate_only)
+                await _change_topic(ctx, r.resource_name, new, request.validate_only)
             else:
                 _fail(ErrorCode.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
         except KafkaApiError as e:
@@ -318,11 +320,11 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: iac.Inc
                 per_broker = _broker_layer(ctx, r.resource_name)
                 current = ctx.config.dynamic_broker if per_broker else ctx.config.dynamic_default
                 layer = _apply_ops(current, r.configs, BROKER_CONFIGS, topic=False)
-                _change_broker(ctx, per_broker, layer, request.validate_only)
+                await _change_broker(ctx, per_broker, layer, request.validate_only)
             elif r.resource_type == TOPIC:
                 info = ctx.metadata.topic(r.resource_name) if validate_topic_name(r.resource_name) is None else None
                 overrides = _apply_ops(info.configs if info else {}, r.configs, TOPIC_CONFIGS, topic=True)
-                _change_topic(ctx, r.resource_name, overrides, request.validate_only)
+                await _change_topic(ctx, r.resource_name, overrides, request.validate_only)
             else:
                 _fail(ErrorCode.INVALID_REQUEST, f"Unknown resource type {r.resource_type}")
         except KafkaApiError as e:

@@ -1,9 +1,18 @@
-"""Partition logs: DescribeLogDirs (35), DeleteRecords (21) and OffsetForLeaderEpoch (23).
-Seed 003, "DescribeLogDirs API", "DeleteRecords API", "OffsetForLeaderEpoch API".
+"""Partition logs: DescribeLogDirs (35), AlterReplicaLogDirs (34), DeleteRecords (21) and
+OffsetForLeaderEpoch (23). Seed 003, "DescribeLogDirs API", "AlterReplicaLogDirs API", "DeleteRecords
+API", "OffsetForLeaderEpoch API".
 
 - DescribeLogDirs: every log dir (absolute path) with the size of each partition in it, offset lag
   max(high watermark - log end offset, 0) (always 0 on a leader) and, from v4, the file system's total
-  and usable bytes. A null topic list means every partition. No future replicas and no cordoned dirs.
+  and usable bytes. A null topic list means every partition. A replica being moved shows in its
+  destination dir too, with is_future_key and the lag current log end - future log end, as in Kafka. No
+  cordoned dirs.
+- AlterReplicaLogDirs: moves each named replica to the named log dir of this broker (by absolute
+  path), in the background (`storage/log_mover.py`): NONE once the move is under way (or nothing is
+  to be done), LOG_DIR_NOT_FOUND for a path that is not one of log.dirs, KAFKA_STORAGE_ERROR for a
+  log dir that is gone or unwritable, REPLICA_NOT_AVAILABLE for a partition without a replica here (the
+  dir is remembered for when one is created, as Kafka does), INVALID_TOPIC_EXCEPTION when the future
+  dir's name would be too long. A partition named twice in one request takes the last path.
 - DeleteRecords: moves a partition's log start offset up to the requested offset (-1: the high
   watermark); offsets above the high watermark are OFFSET_OUT_OF_RANGE, compact-only topics
   POLICY_VIOLATION, internal topics INVALID_TOPIC_EXCEPTION. Segments wholly below the new start are
@@ -22,11 +31,13 @@ import logging
 import shutil
 from pathlib import Path
 
-from odradek.protocol.error_codes import ErrorCode, KafkaApiError
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError, for_code
+from odradek.protocol.messages import alter_replica_log_dirs as arld
 from odradek.protocol.messages import delete_records as dr
 from odradek.protocol.messages import describe_log_dirs as dld
 from odradek.protocol.messages import offset_for_leader_epoch as ofle
 from odradek.server.context import RequestContext
+from odradek.storage.errors import StorageError
 
 log = logging.getLogger("odradek.admin")
 
@@ -56,6 +67,13 @@ def _describe_dir(ctx: RequestContext, log_dir: Path, wanted: set | None) -> dld
         lag = max(part.high_watermark - lg.log_end_offset, 0) if part is not None else -1
         by_topic.setdefault(topic, []).append(dld.DescribeLogDirsPartition(
             partition_index=p, partition_size=lg.size_bytes, offset_lag=lag, is_future_key=False))
+    for (topic, p), future, dest in dirs.future_logs():
+        if dest != log_dir or (wanted is not None and (topic, p) not in wanted):
+            continue
+        current = dirs.get_log(topic, p)
+        lag = current.log_end_offset - future.log_end_offset if current is not None else -1
+        by_topic.setdefault(topic, []).append(dld.DescribeLogDirsPartition(
+            partition_index=p, partition_size=future.size_bytes, offset_lag=lag, is_future_key=True))
     return dld.DescribeLogDirsResult(
         error_code=ErrorCode.NONE, log_dir=path, total_bytes=total, usable_bytes=usable, is_cordoned=False,
         topics=[dld.DescribeLogDirsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
@@ -66,6 +84,32 @@ async def handle_describe_log_dirs(ctx: RequestContext,
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     results = [_describe_dir(ctx, d, wanted) for d in ctx.log_dirs.log_dirs]
     return dld.DescribeLogDirsResponse(throttle_time_ms=0, error_code=ErrorCode.NONE, results=results)
+
+
+# ------------------------------------------------------------------------------------------ AlterReplicaLogDirs
+async def handle_alter_replica_log_dirs(ctx: RequestContext, request: arld.AlterReplicaLogDirsRequest
+                                       ) -> arld.AlterReplicaLogDirsResponse:
+    wanted: dict[tuple[str, int], str] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for p in t.partitions:
+                wanted[(t.name, p)] = d.path
+    now = ctx.clock()
+    by_topic: dict[str, list[arld.AlterReplicaLogDirPartitionResult]] = {}
+    for (topic, p), path in wanted.items():
+        try:
+            ctx.log_dirs.alter_replica_log_dir(topic, p, path, now)
+            code = ErrorCode.NONE
+        except StorageError as e:
+            log.warning("Unable to alter log dirs for %s-%d: %s", topic, p, e)
+            code = for_code(e.error_code)
+        except OSError as e:
+            log.warning("Unable to alter log dirs for %s-%d: %s", topic, p, e)
+            code = ErrorCode.KAFKA_STORAGE_ERROR
+        by_topic.setdefault(topic, []).append(arld.AlterReplicaLogDirPartitionResult(partition_index=p,
+                                                                                    error_code=code))
+    return arld.AlterReplicaLogDirsResponse(throttle_time_ms=0, results=[
+        arld.AlterReplicaLogDirTopicResult(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
 # ------------------------------------------------------------------------------------------ DeleteRecords

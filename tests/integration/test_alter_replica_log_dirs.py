@@ -1,0 +1,128 @@
+"""AlterReplicaLogDirs (34) and DescribeLogDirs (35) on a real broker with three `log.dirs`, through
+kafka-python's KafkaAdminClient (`alter_replica_log_dirs`, `describe_log_dirs`): a replica moves to
+another dir while it takes writes (the future replica shows in DescribeLogDirs with is_future_key),
+every record is read back afterwards, and the errors Kafka gives (LOG_DIR_NOT_FOUND,
+REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR)."""
+
+from __future__ import annotations
+
+import os
+
+import kafka.errors as kerr
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import TopicPartitionReplica
+from kafka.admin import KafkaAdminClient
+
+from .clients import confluent_config, consume_confluent, wait_until
+from .conftest import _LIVE, Broker
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    base = tmp_path_factory.mktemp("log-dirs")
+    b = Broker(base, name="log-dirs")
+    dirs = [b.log_dir, base / "data1", base / "data2"]
+    # No checkpoint is due while a test has taken a log dir away (KAFKA_STORAGE_ERROR below).
+    b.overrides.update({"log.dirs": ",".join(str(d) for d in dirs),
+                        "log.flush.offset.checkpoint.interval.ms": str(HOUR_MS),
+                        "log.flush.start.offset.checkpoint.interval.ms": str(HOUR_MS),
+                        "replica.high.watermark.checkpoint.interval.ms": str(HOUR_MS)})
+    b.dirs = [os.path.abspath(d) for d in dirs]
+    _LIVE.append(b)
+    try:
+        b.start()
+        yield b
+    finally:
+        try:
+            b.shutdown_and_check()
+        finally:
+            _LIVE.remove(b)
+
+
+@pytest.fixture(scope="module")
+def kadmin(broker):
+    k = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    yield k
+    k.close()
+
+
+def create(broker, topic: NewTopic) -> None:
+    admin = AdminClient(confluent_config(broker.bootstrap))      # kept alive until the answer
+    admin.create_topics([topic])[topic.topic].result(timeout=10)
+
+
+def placement(kadmin) -> dict[tuple[str, int, bool], tuple[str, dict]]:
+    """(topic, partition, is_future) -> (log dir, the partition's entry), as DescribeLogDirs says."""
+    (answer,) = kadmin.describe_log_dirs()
+    out = {}
+    for d in answer["log_dirs"]:
+        assert d["error_code"] == 0, d
+        for t in d["topics"]:
+            for p in t["partitions"]:
+                out[(t["name"], p["partition_index"], p["is_future_key"])] = (d["log_dir"], p)
+    return out
+
+
+def test_errors_as_kafka_gives_them(broker, kadmin):
+    create(broker, NewTopic("errs", 1, 1))
+    where = placement(kadmin)[("errs", 0, False)][0]
+    other = next(d for d in broker.dirs if d != where)
+    spare = next(d for d in broker.dirs if d not in (where, other))
+    assert kadmin.alter_replica_log_dirs({
+        TopicPartitionReplica("errs", 0, 0): "/no/such/dir",
+        TopicPartitionReplica("errs", 5, 0): other,          # no such replica here
+        TopicPartitionReplica("errs", 0, 0): where}) == {    # the last one named wins: already there
+        TopicPartitionReplica("errs", 0, 0): kerr.NoError,
+        TopicPartitionReplica("errs", 5, 0): kerr.ReplicaNotAvailableError}
+    assert kadmin.alter_replica_log_dirs({TopicPartitionReplica("errs", 0, 0): "/no/such/dir"}) == {
+        TopicPartitionReplica("errs", 0, 0): kerr.LogDirNotFoundError}
+    # a log dir that went away (a failed disk): KAFKA_STORAGE_ERROR
+    aside = spare + ".aside"
+    os.rename(spare, aside)
+    try:
+        assert kadmin.alter_replica_log_dirs({TopicPartitionReplica("errs", 0, 0): spare}) == {
+            TopicPartitionReplica("errs", 0, 0): kerr.KafkaStorageError}
+    finally:
+        os.rename(aside, spare)
+    assert ("errs", 0, True) not in placement(kadmin)
+
+
+def test_a_replica_moves_to_another_log_dir_while_it_takes_writes(broker, kadmin):
+    create(broker, NewTopic("moving", 1, 1, config={"segment.bytes": str(1024 * 1024)}))
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+    sent = [f"{i:06d}".encode() * 1700 for i in range(2000)]       # about 20 MB, 1 MiB segments
+    for v in sent[:1800]:
+        p.produce("moving", v, partition=0)
+    assert p.flush(60) == 0
+    source = placement(kadmin)[("moving", 0, False)][0]
+    dest = next(d for d in broker.dirs if d != source)
+    tpr = TopicPartitionReplica("moving", 0, 0)
+    assert kadmin.alter_replica_log_dirs({tpr: dest}) == {tpr: kerr.NoError}
+    # The copy goes a segment (1 MiB) per step: the future replica is there for a while.
+    now = placement(kadmin)
+    assert now[("moving", 0, False)][0] == source
+    future_dir, future = now[("moving", 0, True)]
+    assert future_dir == dest and future["offset_lag"] > 0
+    for v in sent[1800:]:                                           # writes go on meanwhile
+        p.produce("moving", v, partition=0)
+    assert p.flush(60) == 0
+    wait_until(lambda: ("moving", 0, True) not in placement(kadmin), 60, "the move to finish")
+    after = placement(kadmin)
+    assert after[("moving", 0, False)][0] == dest
+    on_disk = sum(os.path.getsize(os.path.join(dest, "moving-0", f))
+                  for f in os.listdir(os.path.join(dest, "moving-0")) if f.endswith(".log"))
+    assert after[("moving", 0, False)][1]["partition_size"] == on_disk > 20_000_000
+    assert not os.path.exists(os.path.join(source, "moving-0"))
+    got = consume_confluent(broker.bootstrap, "moving", [0], timeout=60)
+    assert [r.value for r in got] == sent and [r.offset for r in got] == list(range(len(sent)))
+    # and the broker restarts with the replica where it moved
+    broker.restart()
+    again = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15000)
+    try:
+        assert placement(again)[("moving", 0, False)][0] == dest
+    finally:
+        again.close()
