@@ -35,8 +35,8 @@ by the previous producer id), Kafka's table:
     CompleteAbort          NONE   bump                INVALID_TXN_STATE (both)
     CompleteCommit         INVALID_TXN_STATE bump     NONE   INVALID_TXN_STATE
 
-A fenced v2 transaction (InitProducerId over it, its timeout) is aborted at epoch + 2: the fence's
-bump and the end's. Records of a v2 transaction are written as TransactionLogValue version 1 (with
+With transaction.version 2 finalized (`TxnConfig.transaction_version`), a fenced transaction
+(InitProducerId over it, its timeout) is aborted at epoch + 2: the fence's bump and the end's. Records of a v2 transaction are written as TransactionLogValue version 1 (with
 the previous/next producer ids and the client's transaction version), others as version 0.
 """
 
@@ -97,6 +97,7 @@ class TxnConfig:
     id_expiration_ms: int = 604_800_000                # transactional.id.expiration.ms
     remove_expired_interval_ms: int = 3_600_000        # transaction.remove.expired.transaction.cleanup.interval.ms
     load_buffer_bytes: int = 5 * 1024 * 1024           # transaction.state.log.load.buffer.size
+    transaction_version: int = 2                       # the finalized transaction.version feature level
 
 
 @dataclass
@@ -213,7 +214,7 @@ def init_producer_id(shard: TxnShard, transactional_id: str, timeout_ms: int, ex
         return TxnOutcome(InitResult(ErrorCode.CONCURRENT_TRANSACTIONS))
     if m.state == TxnState.ONGOING:
         # Fence the current producer: abort its transaction at a bumped epoch; the caller retries.
-        out = _fence(m, now_ms)
+        out = _fence(shard, m, now_ms)
         out.response = InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
         return out
     # Empty, CompleteCommit, CompleteAbort: bump the epoch (or rotate the id when it is exhausted).
@@ -289,9 +290,12 @@ def verify_partitions(shard: TxnShard, transactional_id: str, producer_id: int, 
 
 # ------------------------------------------------------------------------------------------ EndTxn
 def _begin_end(m: TxnMetadata, *, commit: bool, epoch: int, now_ms: int, last_epoch: int | None = None,
-               next_producer_id: int = NO_PRODUCER_ID, start_ms: int | None = None) -> TxnOutcome:
+               next_producer_id: int = NO_PRODUCER_ID, start_ms: int | None = None,
+               client_transaction_version: int | None = None) -> TxnOutcome:
     state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     changes: dict[str, object] = {}
+    if client_transaction_version is not None:
+        changes["client_transaction_version"] = client_transaction_version
     if last_epoch is not None:
         changes["last_producer_epoch"] = last_epoch
     if start_ms is not None:
@@ -302,11 +306,13 @@ def _begin_end(m: TxnMetadata, *, commit: bool, epoch: int, now_ms: int, last_ep
     return TxnOutcome(ErrorCode.NONE, [_write(m, value)], [job])
 
 
-def _fence(m: TxnMetadata, now_ms: int) -> TxnOutcome:
+def _fence(shard: TxnShard, m: TxnMetadata, now_ms: int) -> TxnOutcome:
     """Abort `m`'s open transaction at a bumped epoch (Kafka's PrepareEpochFence then PrepareAbort):
-    one bump, and for a v2 transaction the end's own bump too."""
+    one bump, and with transaction.version 2 finalized the end's own bump too (Kafka ends a fenced
+    transaction at the cluster's version, whatever its client spoke), so a v2 client's EndTxn at
+    the old epoch is told PRODUCER_FENCED rather than taken for a retry."""
     fenced = min(m.producer_epoch + 1, MAX_EPOCH - 1)
-    if supports_epoch_bump(m.client_transaction_version):
+    if supports_epoch_bump(shard.config.transaction_version):
         return _begin_end(m, commit=False, epoch=min(fenced + 1, MAX_EPOCH), last_epoch=fenced, now_ms=now_ms)
     return _begin_end(m, commit=False, epoch=fenced, last_epoch=NO_PRODUCER_EPOCH, now_ms=now_ms)
 
@@ -393,7 +399,8 @@ def _bump_and_end(m: TxnMetadata, commit: bool, now_ms: int, next_producer_id: i
         next_producer_id = NO_PRODUCER_ID
         answer = EndResult(ErrorCode.NONE, m.producer_id, m.producer_epoch + 1)
     out = _begin_end(m, commit=commit, epoch=m.producer_epoch + 1, last_epoch=m.producer_epoch, now_ms=now_ms,
-                     next_producer_id=next_producer_id, start_ms=now_ms if no_partition_added else None)
+                     next_producer_id=next_producer_id, start_ms=now_ms if no_partition_added else None,
+                     client_transaction_version=TV_2)
     out.response = answer
     out.wait_complete = m.transactional_id
     return out
@@ -421,7 +428,7 @@ def abort_timed_out(shard: TxnShard, now_ms: int) -> TxnOutcome:
     out = TxnOutcome()
     for m in list(shard.txns.values()):
         if m.state == TxnState.ONGOING and m.start_ms >= 0 and m.start_ms + m.timeout_ms <= now_ms:
-            one = _fence(m, now_ms)
+            one = _fence(shard, m, now_ms)
             out.records += one.records
             out.markers += one.markers
     return out

@@ -52,7 +52,7 @@ def test_records_in_kafkas_format_round_trip():
 
 
 def test_init_bumps_the_epoch_and_fences_an_open_transaction():
-    shard = TxnShard(0, TxnConfig())
+    shard = TxnShard(0, TxnConfig(transaction_version=0))   # a cluster without transaction.version 2
     first = init(shard)
     assert first == InitResult(ErrorCode.NONE, 1000, 0)
     assert init(shard) == InitResult(ErrorCode.NONE, 1000, 1)
@@ -100,7 +100,7 @@ def test_end_txn_in_every_state():
 
 
 def test_timeout_abort_and_expiry_and_replay():
-    shard = TxnShard(0, TxnConfig(id_expiration_ms=100))
+    shard = TxnShard(0, TxnConfig(id_expiration_ms=100, transaction_version=0))
     init(shard, timeout=50, now=0)
     apply(shard, add_partitions(shard, "tx", 1000, 0, [TP], 10))
     assert not abort_timed_out(shard, 59).records
