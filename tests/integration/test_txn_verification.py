@@ -16,8 +16,12 @@ write of the previous transaction is fenced by its epoch.
 from __future__ import annotations
 
 import itertools
+import socket
 import struct
+import threading
 import time
+
+from confluent_kafka import Producer
 
 from odradek.protocol.api import decode_response, encode_request
 from odradek.protocol.headers import RequestHeader
@@ -295,3 +299,164 @@ def test_txn_offset_commit_v5_adds_the_offsets_partition(broker):
     assert (r.error_code, r.producer_epoch) == (NONE, t.epoch + 1)
     wait_until(lambda: committed() == 42, 20, "the offsets to be committed by the marker")
     wire.close()
+
+
+# ------------------------------------------------------------------------------- a real client, late
+class HoldingProxy:
+    """A TCP proxy in front of the broker that, once `holding`, keeps back the next Produce request
+    (and what follows it on its connection) until `release()`, then delivers it on its own upstream
+    connection even if the client has gone, and records the answer (error code of each partition)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.target: tuple[str, int] | None = None
+        self.holding = False
+        self.held: list[tuple[socket.socket, bytes]] = []
+        self.late_answers: list[int] = []
+        self._late: set[tuple[int, int]] = set()     # (id of upstream socket, correlation id)
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target, timeout=10)
+            for s in (client, upstream):
+                s.settimeout(None)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._sockets += [client, upstream]
+            versions: dict[int, int] = {}
+            threading.Thread(target=self._requests, args=(client, upstream, versions), daemon=True).start()
+            threading.Thread(target=self._responses, args=(upstream, client, versions), daemon=True).start()
+
+    def _requests(self, client, upstream, versions) -> None:
+        held_here = False
+        while (frame := _frame(client)) is not None:
+            api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+            versions[correlation_id] = version if api_key == pr.API_KEY else -1
+            with self._lock:
+                if (self.holding and api_key == pr.API_KEY) or held_here:
+                    if not held_here and api_key == pr.API_KEY:
+                        self._late.add((id(upstream), correlation_id))
+                        self.holding = False
+                    held_here = True
+                    self.held.append((upstream, frame))
+                    continue
+            try:
+                upstream.sendall(struct.pack(">i", len(frame)) + frame)
+            except OSError:
+                break
+        if not held_here:
+            _close(client, upstream)
+
+    def _responses(self, upstream, client, versions) -> None:
+        while (frame := _frame(upstream)) is not None:
+            (correlation_id,) = struct.unpack_from(">i", frame, 0)
+            version = versions.pop(correlation_id, -1)
+            with self._lock:
+                late = (id(upstream), correlation_id) in self._late
+            if late and version >= 0:
+                _, response = decode_response(pr.API_KEY, version, frame)
+                with self._lock:
+                    self.late_answers += [p.error_code for t in response.responses for p in t.partition_responses]
+            try:
+                client.sendall(struct.pack(">i", len(frame)) + frame)
+            except OSError:
+                pass                               # the client has gone; the answer is recorded above
+
+    def release(self) -> None:
+        with self._lock:
+            held, self.held = self.held, []
+        for upstream, frame in held:
+            upstream.sendall(struct.pack(">i", len(frame)) + frame)
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()
+        with self._lock:
+            _close(*self._sockets)
+
+
+def _frame(sock: socket.socket) -> bytes | None:
+    try:
+        return recv_frame(sock, 3600)
+    except OSError:
+        return None
+
+
+def _close(*socks) -> None:
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+
+def _late_write_after_abort(broker_factory, overrides: dict) -> tuple[HoldingProxy, object, str]:
+    """confluent-kafka's transactional producer writes one record whose Produce the proxy holds; the
+    producer aborts the transaction (its in-flight request times out first) and starts and commits
+    another one elsewhere; then the held Produce reaches the broker."""
+    proxy = HoldingProxy()
+    broker = broker_factory(**{"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}", **overrides})
+    proxy.target = ("127.0.0.1", broker.port)
+    topic, other = "kip890-late", "kip890-other"
+    wire = Wire(broker)
+    create_topic(wire, topic)
+    create_topic(wire, other)
+    wire.close()
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{proxy.port}", "transactional.id": "kip890-late-tx",
+                  "transaction.timeout.ms": 60_000, "message.timeout.ms": 3000, "socket.timeout.ms": 10_000,
+                  "linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    proxy.holding = True
+    failed: list[object] = []
+    p.produce(topic, b"late", on_delivery=lambda err, msg: failed.append(err))
+    wait_until(lambda: p.poll(0.05) is not None and bool(proxy.held), 20, "the Produce to be held")
+    wait_until(lambda: p.poll(0.1) is not None and bool(failed), 30, "the held record to time out")
+    p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(other, b"committed")
+    p.commit_transaction(30)
+    proxy.release()
+    wait_until(lambda: bool(proxy.late_answers), 30, "the late Produce to be answered")
+    return proxy, broker, topic
+
+
+def test_a_late_produce_after_an_abort_is_refused_not_left_hanging(broker_factory):
+    proxy, broker, topic = _late_write_after_abort(broker_factory, {})
+    try:
+        # librdkafka bumps its epoch after the timed-out request (KIP-360), so the coordinator answers
+        # the old epoch PRODUCER_FENCED (INVALID_PRODUCER_EPOCH here); without a bump, the partition not
+        # being in the transaction gives INVALID_TXN_STATE (Produce v10). Either way: refused.
+        assert proxy.late_answers[0] in (INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH), proxy.late_answers
+        # Nothing of it is in the log beyond the abort marker, and the partition has no open transaction.
+        stable, high = stable_and_high(broker, topic)
+        assert stable == high
+        assert read_values(broker.bootstrap, topic, 1, "read_committed") == []
+        assert read_values(broker.bootstrap, topic, 1, "read_uncommitted") == []   # only the abort marker
+        assert read_values(broker.bootstrap, "kip890-other", 1, "read_committed") == [b"committed"]
+    finally:
+        proxy.close()
+
+
+def test_without_verification_the_same_late_produce_hangs(broker_factory):
+    """The control case for the test above: the same sequence with verification off leaves a
+    transaction open on the partition that no coordinator will end (the last stable offset stays)."""
+    proxy, broker, topic = _late_write_after_abort(broker_factory,
+                                                   {"transaction.partition.verification.enable": "false"})
+    try:
+        assert proxy.late_answers[0] == NONE, proxy.late_answers
+        stable, high = stable_and_high(broker, topic)
+        assert stable < high
+        assert read_values(broker.bootstrap, topic, 1, "read_uncommitted") == [b"late"]
+    finally:
+        proxy.close()
