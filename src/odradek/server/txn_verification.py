@@ -234,7 +234,8 @@ class TxnVerifier:
         if top != ErrorCode.NONE:
             code = ErrorCode.INVALID_TXN_STATE if top == ErrorCode.CLUSTER_AUTHORIZATION_FAILED else top
             return {tp: code for tp in partitions}
-        errors = {tp: ErrorCode.NONE for tp in partitions}
+        # A partition the answer leaves out is not known to be in the transaction: retried.
+        errors = {tp: ErrorCode.NETWORK_EXCEPTION for tp in partitions}
         for result in response.results_by_transaction or []:
             if result.transactional_id != transactional_id:
                 continue
