@@ -143,3 +143,30 @@ def test_copier_exactly_once_while_its_coordinator_is_killed(cluster):
         f"{len(copied)} copied, {len(set(copied))} distinct"
     assert end_offsets(cluster.bootstrap, target, partitions, "read_committed") == \
         end_offsets(cluster.bootstrap, target, partitions, "read_uncommitted")
+
+
+def test_leaders_verify_and_add_with_a_coordinator_on_another_broker(cluster):
+    """KIP-890 over the inter-broker path: a partition led by a broker that is not the transactional
+    id's coordinator asks that coordinator with AddPartitionsToTxn v5 (verify_only below Produce v12;
+    an add from v12)."""
+    from odradek.protocol.messages import find_coordinator as fc
+    from tests.integration.test_txn_verification import INVALID_TXN_STATE, NONE, Txn, Wire
+
+    leaders = _spread_topic(cluster, "txn-remote")
+    txn_id = "remote-verify"
+    wire = Wire(cluster.brokers[0])
+    found = wait_for("the coordinator", lambda: (r := wire.call(fc, 1, fc.FindCoordinatorRequest(
+        key=txn_id, key_type=1))).error_code == NONE and r, 60)
+    wire.close()
+    coordinator = found.node_id
+    t = Txn(Wire(cluster.brokers[coordinator]), txn_id)
+    partition, leader = next((p, b) for p, b in leaders.items() if b != coordinator)
+    t.wire = Wire(cluster.brokers[leader])
+    assert t.produce("txn-remote", b"unadded", version=10, partition=partition)[0] == INVALID_TXN_STATE
+    assert t.produce("txn-remote", b"added-by-leader", version=12, partition=partition) == (NONE, None)
+    t.wire = Wire(cluster.brokers[coordinator])
+    assert [(x.topic, list(x.partitions)) for x in t.describe().topics] == [("txn-remote", [partition])]
+    r = t.end(True, version=5)
+    assert (r.error_code, r.producer_epoch) == (NONE, t.epoch + 1)
+    wait_for("the commit", lambda: read_values(cluster.bootstrap, "txn-remote", 3, "read_committed")
+             == [b"added-by-leader"], 60)

@@ -148,7 +148,13 @@ class TransactionalProducer:
                 await asyncio.wait(in_flight)
             try:
                 if txn.started:
+                    before = (txn.producer_id, txn.producer_epoch)
                     await txn.end_txn(commit=False)
+                    if (txn.producer_id, txn.producer_epoch) != before:
+                        # EndTxn v5 (transaction protocol v2) bumped the epoch already; the sequences
+                        # start over with it, so no KIP-360 bump is needed (Java's
+                        # needToTriggerEpochBumpFromClient is false with transaction V2).
+                        txn.bump_needed = False
                 if txn.bump_needed:
                     txn.transition(TxnState.INITIALIZING)
                     await txn.init_producer_id(bump=True)

@@ -9,8 +9,9 @@ function as for groups (`records.partition_for`).
     value  int16 version 0, TransactionLogValue  producer_id, producer_epoch, transaction_timeout_ms,
            transaction_status (int8, `TxnState` ids), transaction_partitions (topic, [partition]),
            transaction_last_update_timestamp_ms, transaction_start_timestamp_ms
-           (version 1, flexible, adds the tagged previous/next producer ids of KIP-890 part 2;
-           it is read, and version 0 is written, as Kafka does without transaction.version 2)
+           (version 1, flexible, adds the tagged previous/next producer ids and the client's
+           transaction version of KIP-890 part 2; both are read; version 1 is written for a
+           transaction of the protocol v2 or one that names another producer id, version 0 otherwise)
 
 A null value is a tombstone: the transactional id has expired. Every operation's records go out as
 one uncompressed v2 batch without a producer id; the topic is compacted.
@@ -34,6 +35,7 @@ log = logging.getLogger("odradek.transactions")
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0
+VALUE_VERSION_FLEXIBLE = 1
 
 __all__ = ["TRANSACTION_STATE_TOPIC", "TxnRecord", "TxnValue", "build_batch", "decode", "encode",
            "iter_batches", "partition_for"]
@@ -52,6 +54,15 @@ class TxnValue:
     # Not written (version 0 has no field for it; Kafka's loader forgets it too): the epoch before the
     # last bump, so a KIP-360 producer retrying InitProducerId gets the same answer again.
     last_producer_epoch: int = -1
+    previous_producer_id: int = -1               # version 1 (tagged): the id before a switch
+    next_producer_id: int = -1                   # version 1 (tagged): the id the end switches to
+    client_transaction_version: int = 0          # version 1 (tagged): the client's transaction.version
+
+    @property
+    def version(self) -> int:
+        flexible = self.client_transaction_version > 0 or self.previous_producer_id >= 0 \
+            or self.next_producer_id >= 0
+        return VALUE_VERSION_FLEXIBLE if flexible else VALUE_VERSION
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +83,10 @@ def encode(record: TxnRecord) -> tuple[bytes, bytes | None]:
         producer_id=v.producer_id, producer_epoch=v.producer_epoch, transaction_timeout_ms=v.timeout_ms,
         transaction_status=v.state,
         transaction_partitions=[PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()],
-        transaction_last_update_timestamp_ms=v.last_update_ms, transaction_start_timestamp_ms=v.start_ms)
-    return key, encode_record("TransactionLogValue", VALUE_VERSION, value)
+        transaction_last_update_timestamp_ms=v.last_update_ms, transaction_start_timestamp_ms=v.start_ms,
+        previous_producer_id=v.previous_producer_id, next_producer_id=v.next_producer_id,
+        client_transaction_version=v.client_transaction_version)
+    return key, encode_record("TransactionLogValue", v.version, value)
 
 
 def decode(key: bytes | None, value: bytes | None) -> TxnRecord | None:
@@ -91,7 +104,9 @@ def decode(key: bytes | None, value: bytes | None) -> TxnRecord | None:
     partitions = frozenset((t.topic, p) for t in (v.transaction_partitions or []) for p in t.partition_ids)
     return TxnRecord(k.transactional_id, TxnValue(
         v.producer_id, v.producer_epoch, v.transaction_timeout_ms, v.transaction_status, partitions,
-        v.transaction_last_update_timestamp_ms, v.transaction_start_timestamp_ms))
+        v.transaction_last_update_timestamp_ms, v.transaction_start_timestamp_ms,
+        previous_producer_id=v.previous_producer_id, next_producer_id=v.next_producer_id,
+        client_transaction_version=v.client_transaction_version or 0))
 
 
 def build_batch(records: list[TxnRecord], now_ms: int) -> bytes:

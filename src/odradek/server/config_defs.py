@@ -536,6 +536,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
       "Expired transactional id check period."),
     K("transaction.partition.verification.enable", BOOLEAN, True, LOW, None, "Verify transactional "
       "partitions before appends.", dynamic=True),
+    K("add.partitions.to.txn.retry.backoff.ms", INT, 20, LOW, AtLeast(1), "Backoff of a leader's retry "
+      "when adding a partition to a transaction meets CONCURRENT_TRANSACTIONS."),
+    K("add.partitions.to.txn.retry.backoff.max.ms", INT, 100, LOW, AtLeast(0), "How long a leader retries "
+      "adding a partition to a transaction (capped by request.timeout.ms)."),
     K("producer.id.expiration.ms", INT, 86400000, LOW, AtLeast(1), "Forget idle idempotent producers.",
       dynamic=True),
     # --- quotas

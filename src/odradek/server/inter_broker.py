@@ -24,6 +24,10 @@ Address = tuple[str, int]
 # Followers fetch by topic name (Fetch v12, the last version before topic ids), as Kafka's ZooKeeper-era
 # brokers did whenever a topic id was not known yet.
 VERSION_CAPS = {1: 12}
+# Versions only brokers send, above what the client package speaks to brokers: AddPartitionsToTxn v4+
+# (KIP-890's verification, several transactions per request) goes from partition leaders to
+# transaction coordinators.
+BROKER_ONLY_VERSIONS = {24: (4, 5)}
 
 
 class BrokerUnreachable(Exception):
@@ -72,6 +76,10 @@ class BrokerChannels:
             for api_key, cap in VERSION_CAPS.items():    # what brokers send by name, not topic id
                 if api_key in conn.conn.versions:
                     conn.conn.versions[api_key] = min(conn.conn.versions[api_key], cap)
+            for api_key, (low, top) in BROKER_ONLY_VERSIONS.items():
+                theirs = conn.conn.broker_ranges.get(api_key)
+                if theirs is not None and theirs[1] >= low:
+                    conn.conn.versions[api_key] = min(theirs[1], top)
             self._conns[key] = (address, conn)
             return conn
 

@@ -11,7 +11,9 @@ transactions"; Kafka's TransactionStateManager topic handling and TransactionCoo
   as the partition's high watermark moves;
 - answers which broker coordinates a transactional id;
 - writes markers through `LocalMarkerWriter` on one broker, through `ClusterMarkerWriter`
-  (`txn_marker_channel.py`: WriteTxnMarkers to each partition's leader) in a cluster.
+  (`txn_marker_channel.py`: WriteTxnMarkers to each partition's leader) in a cluster;
+- holds the `TxnVerifier` partition leaders use to check (or, protocol v2, add) a transaction's
+  partitions with its coordinator before the first write (KIP-890, `txn_verification.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from odradek.server.internal_topics import ensure_internal_topic
 from odradek.server.inter_broker import BrokerChannels
 from odradek.server.txn_marker_channel import ClusterMarkerWriter
 from odradek.server.txn_markers import LocalMarkerWriter
+from odradek.server.txn_verification import TxnVerifier
 
 log = logging.getLogger("odradek.transactions")
 
@@ -64,6 +67,7 @@ class TxnCoordinators:
         self.channels = channels   # in a cluster: markers for partitions led elsewhere go over these
         self.coordinator: TransactionCoordinator | None = None
         self.cluster_markers: ClusterMarkerWriter | None = None
+        self.verifier = TxnVerifier(broker_id, metadata, lambda: self.coordinator, channels)
 
     async def start(self) -> None:
         local = LocalMarkerWriter(self.replica_manager, self.group, self.clock)

@@ -20,7 +20,11 @@ Validation of a batch from a client (the leader's append), in Kafka's order:
   (OUT_OF_ORDER_SEQUENCE_NUMBER otherwise);
 - an unknown producer is accepted at any sequence: since KIP-360 (Kafka 2.5) the broker no longer
   answers UNKNOWN_PRODUCER_ID, as producers whose records were all deleted by retention must go on;
-- a non-transactional batch while the producer's transaction is open: INVALID_TXN_STATE.
+- a non-transactional batch while the producer's transaction is open: INVALID_TXN_STATE;
+- while the producer's first transactional write is being verified with its transaction coordinator
+  (KIP-890, `producer_verification.py`), a sequence above the lowest one seen meanwhile:
+  OUT_OF_ORDER_SEQUENCE_NUMBER. Whether a transactional batch may start a transaction here at all
+  (`is_verified`) is asked by the leader just before its append.
 Batches copied by replication or read back from the log are applied without these checks.
 
 A producer is expired, and forgotten, once it has no open transaction and its last batch's max
@@ -76,6 +80,7 @@ from odradek.records.batch import RecordBatch
 from odradek.records.control import EndTransactionMarker
 from odradek.records.header import CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD, NO_PRODUCER_EPOCH, \
     NO_SEQUENCE, TRANSACTIONAL_MASK, BatchHeader
+from odradek.storage.producer_verification import VerificationGuard, VerificationStates
 
 log = logging.getLogger("odradek.storage.producer_state")
 
@@ -235,6 +240,7 @@ class PreparedAppend:
     updated: dict[int, ProducerStateEntry] = field(default_factory=dict)
     completed_txns: list[CompletedTxn] = field(default_factory=list)
     duplicate: BatchMetadata | None = None
+    transactional: set[int] = field(default_factory=set)   # producers with a transactional batch or marker
 
 
 # ---- the manager ---------------------------------------------------------------------------------
@@ -256,6 +262,7 @@ class ProducerStateManager:
         self.last_snap_offset = 0
         self._snapshots = list_snapshot_offsets(directory)
         self._next_expiration_check_ms: int | None = None
+        self.verification = VerificationStates()   # KIP-890: producers whose first write is being verified
 
     @property
     def snapshot_offsets(self) -> list[int]:
@@ -267,6 +274,26 @@ class ProducerStateManager:
 
     def last_entry(self, producer_id: int) -> ProducerStateEntry | None:
         return self.producers.get(producer_id)
+
+    # ---- transaction verification (KIP-890, producer_verification.py) ----------------------------
+
+    def has_ongoing_transaction(self, producer_id: int, producer_epoch: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == producer_epoch
+
+    def maybe_start_verification(self, producer_id: int, sequence: int, producer_epoch: int, now_ms: int,
+                                 supports_epoch_bump: bool = False) -> VerificationGuard | None:
+        """The guard a first transactional write must carry; None when the producer's transaction is
+        already open here at that epoch (nothing to verify)."""
+        if self.has_ongoing_transaction(producer_id, producer_epoch):
+            return None
+        return self.verification.maybe_create(producer_id, sequence, producer_epoch, now_ms,
+                                              supports_epoch_bump).guard
+
+    def is_verified(self, producer_id: int, producer_epoch: int, guard: VerificationGuard | None) -> bool:
+        """May a transactional batch of the producer be written with `guard` (Kafka's
+        analyzeAndValidateProducerState check)?"""
+        return self.has_ongoing_transaction(producer_id, producer_epoch) or self.verification.verify(producer_id, guard)
 
     # ---- appending -------------------------------------------------------------------------------
 
@@ -291,10 +318,17 @@ class ProducerStateManager:
                 continue
             last_offset = base + h.last_offset_delta
             is_control = bool(h.attributes & CONTROL_MASK)
+            if h.attributes & TRANSACTIONAL_MASK:
+                prepared.transactional.add(pid)
             if validate and not is_control and not coordinator:
                 if h.base_sequence < 0:
                     raise InvalidSequenceRecordError(
                         f"invalid sequence number {h.base_sequence} in a batch of producer {pid}")
+                verifying = self.verification.get(pid)
+                if verifying is not None and h.base_sequence > verifying.lowest_sequence:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid}: sequence {h.base_sequence} while sequence {verifying.lowest_sequence} "
+                        f"is being verified")
                 current = self.producers.get(pid)
                 if current is not None:
                     duplicate = current.find_duplicate(
@@ -324,6 +358,8 @@ class ProducerStateManager:
         `end_offset`. With `now_ms`, expired producers are removed when the check is due."""
         assert prepared.duplicate is None, "a duplicate is never written"
         self.producers.update(prepared.updated)
+        for pid in prepared.transactional:
+            self.verification.clear(pid)   # the transaction is open here now, or ended by a marker
         for pid, entry in prepared.updated.items():
             if entry.current_txn_first_offset >= 0:
                 self.ongoing[pid] = entry.current_txn_first_offset
@@ -359,6 +395,7 @@ class ProducerStateManager:
         expired = [pid for pid, e in self.producers.items() if self.is_expired(e, now_ms)]
         for pid in expired:
             del self.producers[pid]
+        self.verification.remove_expired(now_ms, self.producer_id_expiration_ms)
         return len(expired)
 
     # ---- snapshots -------------------------------------------------------------------------------

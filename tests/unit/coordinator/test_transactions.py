@@ -7,6 +7,7 @@ retried until its partition accepts it). No sockets, no broker."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from odradek.coordinator.records import OffsetAndMetadata, OffsetRecord, TxnMarkerRecord, TxnOffsetRecord
 from odradek.coordinator.records import build_batch as group_batch
@@ -52,7 +53,7 @@ def test_records_in_kafkas_format_round_trip():
 
 
 def test_init_bumps_the_epoch_and_fences_an_open_transaction():
-    shard = TxnShard(0, TxnConfig())
+    shard = TxnShard(0, TxnConfig(transaction_version=0))   # a cluster without transaction.version 2
     first = init(shard)
     assert first == InitResult(ErrorCode.NONE, 1000, 0)
     assert init(shard) == InitResult(ErrorCode.NONE, 1000, 1)
@@ -100,7 +101,7 @@ def test_end_txn_in_every_state():
 
 
 def test_timeout_abort_and_expiry_and_replay():
-    shard = TxnShard(0, TxnConfig(id_expiration_ms=100))
+    shard = TxnShard(0, TxnConfig(id_expiration_ms=100, transaction_version=0))
     init(shard, timeout=50, now=0)
     apply(shard, add_partitions(shard, "tx", 1000, 0, [TP], 10))
     assert not abort_timed_out(shard, 59).records
@@ -196,3 +197,93 @@ def test_runtime_writes_markers_then_completes_and_reloads_prepared():
         await again.aclose()
 
     asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------------------ KIP-890
+def test_verify_partitions_answers_per_partition():
+    from odradek.coordinator.transactions import verify_partitions
+    shard = TxnShard(0, TxnConfig())
+    init(shard)
+    assert verify_partitions(shard, "tx", 1000, 0, [TP]) == {TP: ErrorCode.TRANSACTION_ABORTABLE}
+    apply(shard, add_partitions(shard, "tx", 1000, 0, [TP], 5))
+    assert verify_partitions(shard, "tx", 1000, 0, [TP, ("t", 1)]) == {TP: ErrorCode.NONE,
+                                                                      ("t", 1): ErrorCode.TRANSACTION_ABORTABLE}
+    assert verify_partitions(shard, "tx", 1000, 1, [TP]) == {TP: ErrorCode.PRODUCER_FENCED}
+    assert verify_partitions(shard, "tx", 999, 0, [TP]) == {TP: ErrorCode.INVALID_PRODUCER_ID_MAPPING}
+    apply(shard, end_txn(shard, "tx", 1000, 0, True, 6))
+    assert verify_partitions(shard, "tx", 1000, 0, [TP]) == {TP: ErrorCode.CONCURRENT_TRANSACTIONS}
+
+
+def test_end_txn_v2_bumps_the_epoch_and_recognises_retries():
+    from odradek.coordinator.transactions import TV_2, EndResult, end_txn_v2
+    shard = TxnShard(0, TxnConfig())
+    init(shard)
+    out = apply(shard, add_partitions(shard, "tx", 1000, 0, [TP], 5, TV_2))
+    assert shard.get("tx").client_transaction_version == TV_2
+    out = apply(shard, end_txn_v2(shard, "tx", 1000, 0, True, None, 6))
+    assert out.response == EndResult(ErrorCode.NONE, 1000, 1)
+    assert [(j.commit, j.producer_epoch) for j in out.markers] == [(True, 1)]   # markers at the new epoch
+    m = shard.get("tx")
+    assert (m.state, m.producer_epoch, m.last_producer_epoch) == (TxnState.PREPARE_COMMIT, 1, 0)
+    assert end_txn_v2(shard, "tx", 1000, 0, True, None, 7).response == EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+    assert end_txn_v2(shard, "tx", 1000, 0, False, None, 7).response == EndResult(ErrorCode.INVALID_TXN_STATE)
+    apply(shard, complete_txn(shard, out.markers[0], 8))
+    # Kafka's table for the completed states: a retry (old epoch) of the same end is NONE, the
+    # other end at the old epoch INVALID_TXN_STATE; at the current epoch an abort bumps again.
+    assert end_txn_v2(shard, "tx", 1000, 0, True, None, 9).response == EndResult(ErrorCode.NONE, 1000, 1)
+    assert end_txn_v2(shard, "tx", 1000, 0, False, None, 9).response == EndResult(ErrorCode.INVALID_TXN_STATE)
+    assert end_txn_v2(shard, "tx", 1000, 1, True, None, 9).response == EndResult(ErrorCode.INVALID_TXN_STATE)
+    out = apply(shard, end_txn_v2(shard, "tx", 1000, 1, False, None, 10))
+    assert out.response == EndResult(ErrorCode.NONE, 1000, 2) and out.markers[0].partitions == frozenset()
+    apply(shard, complete_txn(shard, out.markers[0], 11))
+    assert shard.get("tx").state == TxnState.COMPLETE_ABORT
+    assert end_txn_v2(shard, "tx", 1000, 1, False, None, 12).response == EndResult(ErrorCode.NONE, 1000, 2)
+    assert end_txn_v2(shard, "tx", 1000, 0, False, None, 12).response == EndResult(ErrorCode.PRODUCER_FENCED)
+    assert end_txn_v2(shard, "tx", 999, 2, False, None, 12).response == EndResult(
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+    # Empty: an abort bumps, a commit is INVALID_TXN_STATE, an old epoch PRODUCER_FENCED.
+    fresh = TxnShard(0, TxnConfig())
+    init(fresh)
+    assert end_txn_v2(fresh, "tx", 1000, 0, True, None, 1).response == EndResult(ErrorCode.INVALID_TXN_STATE)
+    assert end_txn_v2(fresh, "tx", 1000, 0, False, None, 1).response == EndResult(ErrorCode.NONE, 1000, 1)
+
+
+def test_end_txn_v2_switches_to_a_new_producer_id_when_the_epochs_run_out():
+    from odradek.coordinator.transactions import MAX_EPOCH, NEED_PRODUCER_ID, TV_2, EndResult, end_txn_v2
+    from odradek.coordinator.transactions_records import decode, encode
+    shard = TxnShard(0, TxnConfig())
+    init(shard)
+    m = shard.get("tx")
+    m.producer_epoch = MAX_EPOCH - 2          # 32765: the next end exhausts nothing yet
+    apply(shard, add_partitions(shard, "tx", 1000, MAX_EPOCH - 2, [TP], 5, TV_2))
+    out = apply(shard, end_txn_v2(shard, "tx", 1000, MAX_EPOCH - 2, True, None, 6))
+    assert out.response == EndResult(ErrorCode.NONE, 1000, MAX_EPOCH - 1)
+    apply(shard, complete_txn(shard, out.markers[0], 7))
+    apply(shard, add_partitions(shard, "tx", 1000, MAX_EPOCH - 1, [TP], 8, TV_2))
+    assert end_txn_v2(shard, "tx", 1000, MAX_EPOCH - 1, True, None, 9).response is NEED_PRODUCER_ID
+    out = apply(shard, end_txn_v2(shard, "tx", 1000, MAX_EPOCH - 1, True, 2000, 9))
+    assert out.response == EndResult(ErrorCode.NONE, 2000, 0)
+    assert out.markers[0].producer_id == 1000 and out.markers[0].producer_epoch == MAX_EPOCH
+    assert shard.get("tx").next_producer_id == 2000
+    record = out.records[0]
+    # Value version 1 keeps the next producer id and the client's version (not the last epoch, in
+    # memory only as in Kafka).
+    assert encode(record)[1][:2] == b"\x00\x01"
+    assert decode(*encode(record)).value == dataclasses.replace(record.value, last_producer_epoch=-1)
+    apply(shard, complete_txn(shard, out.markers[0], 10))
+    m = shard.get("tx")
+    assert (m.producer_id, m.producer_epoch, m.previous_producer_id, m.next_producer_id) == (2000, 0, 1000, -1)
+    # A retry of that end from the old producer id is recognised.
+    assert end_txn_v2(shard, "tx", 1000, MAX_EPOCH - 1, True, None, 11).response == EndResult(ErrorCode.NONE, 2000, 0)
+
+
+def test_fencing_with_transaction_version_2_ends_at_epoch_plus_two():
+    from odradek.coordinator.transactions import TV_2, EndResult, end_txn_v2
+    shard = TxnShard(0, TxnConfig())
+    init(shard, timeout=50, now=0)
+    apply(shard, add_partitions(shard, "tx", 1000, 0, [TP], 10, TV_2))
+    out = apply(shard, abort_timed_out(shard, 60))
+    assert [(j.commit, j.producer_epoch) for j in out.markers] == [(False, 2)]
+    apply(shard, complete_txn(shard, out.markers[0], 70))
+    # The producer's own abort at its epoch is not a retry of that end: fenced.
+    assert end_txn_v2(shard, "tx", 1000, 0, False, None, 80).response == EndResult(ErrorCode.PRODUCER_FENCED)

@@ -401,3 +401,47 @@ def test_retention_deletes_the_snapshots_of_deleted_segments(tmp_path):
     first = log.segments[0].base_offset
     assert min(list_snapshot_offsets(log.dir)) >= first
     assert log.producer_state.last_entry(PID).last_seq == 19  # producers outlive their records
+
+
+# ---- transaction verification (KIP-890) ----------------------------------------------------------
+
+def test_a_first_transactional_write_needs_the_current_guard(tmp_path):
+    from odradek.storage.producer_verification import VerificationGuard
+    d = Driver(tmp_path)
+    state = d.state
+    guard = state.maybe_start_verification(PID, 0, 0, now_ms=1)
+    assert guard is not None and state.maybe_start_verification(PID, 0, 0, now_ms=2) is guard
+    assert not state.is_verified(PID, 0, None) and not state.is_verified(PID, 0, VerificationGuard())
+    assert state.is_verified(PID, 0, guard)
+    # While verifying, a later sequence may not overtake the lowest one seen.
+    with pytest.raises(OutOfOrderSequenceError):
+        state.prepare([header(pbatch(1, transactional=True))], d.end)
+    d.append(pbatch(0, transactional=True))
+    # The write opened the transaction and cleared the entry: no guard needed, none handed out.
+    assert state.verification.get(PID) is None
+    assert state.is_verified(PID, 0, None) and state.maybe_start_verification(PID, 1, 0, now_ms=3) is None
+    # Another epoch has no open transaction here: it is verified again.
+    assert not state.is_verified(PID, 1, None)
+
+
+def test_a_marker_ends_a_verification_so_a_stale_answer_cannot_pass(tmp_path):
+    d = Driver(tmp_path)
+    guard = d.state.maybe_start_verification(PID, 0, 0, now_ms=1)
+    marker = build_end_txn_marker_batch(EndTransactionMarker(COMMIT, 0), producer_id=PID, producer_epoch=0,
+                                        timestamp=2)
+    d.append(bytearray(marker))
+    assert not d.state.is_verified(PID, 0, guard)
+    newer = d.state.maybe_start_verification(PID, 0, 0, now_ms=3)
+    assert newer is not guard and d.state.is_verified(PID, 0, newer)
+
+
+def test_unused_verifications_expire_with_producers(tmp_path):
+    state = ProducerStateManager(tmp_path, producer_id_expiration_ms=100)
+    state.maybe_start_verification(PID, 0, 0, now_ms=0)
+    state.maybe_start_verification(PID + 1, 4, 0, now_ms=50)
+    state.maybe_start_verification(PID + 1, 2, 0, now_ms=60)     # a lower sequence becomes the lowest
+    assert state.verification.get(PID + 1).lowest_sequence == 2
+    state.maybe_start_verification(PID + 1, 7, 1, now_ms=70)     # a newer epoch starts over
+    assert (state.verification.get(PID + 1).lowest_sequence, state.verification.get(PID + 1).epoch) == (7, 1)
+    state.remove_expired_producers(100)
+    assert state.verification.get(PID) is None and state.verification.get(PID + 1) is not None

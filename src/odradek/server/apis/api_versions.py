@@ -25,6 +25,11 @@ UNSTABLE_LATEST = {22: 6}  # InitProducerId v6: two-phase commit (KIP-939)
 # broker serves whenever ConsumerGroupHeartbeat is in its table.
 GROUP_VERSION = "group.version"
 GROUP_VERSION_LEVEL = 1
+# transaction.version 2 is the transaction protocol v2 of KIP-890 part 2 (epoch bump per transaction,
+# partitions added by their leaders), finalized as a new Kafka 4.0 cluster does; clients that speak it
+# (the Java client from 4.0) switch to it on seeing this level.
+TRANSACTION_VERSION = "transaction.version"
+TRANSACTION_VERSION_LEVEL = 2
 FINALIZED_FEATURES_EPOCH = 1
 SOFTWARE_NAME_OR_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -69,10 +74,12 @@ async def handle_api_versions(ctx: RequestContext, request: m.ApiVersionsRequest
         return m.ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST, api_keys=[], throttle_time_ms=0)
     # Tagged fields that hold their defaults are not written (COMPAT-NOTES: librdkafka 2.0).
     response = m.ApiVersionsResponse(error_code=0, api_keys=ctx.services.api_versions, throttle_time_ms=0)
+    levels = {TRANSACTION_VERSION: TRANSACTION_VERSION_LEVEL}
     if any(k.api_key == CONSUMER_GROUP_HEARTBEAT for k in ctx.services.api_versions):
-        response.supported_features = [m.SupportedFeatureKey(name=GROUP_VERSION, min_version=0,
-                                                             max_version=GROUP_VERSION_LEVEL)]
-        response.finalized_features_epoch = FINALIZED_FEATURES_EPOCH
-        response.finalized_features = [m.FinalizedFeatureKey(name=GROUP_VERSION, max_version_level=GROUP_VERSION_LEVEL,
-                                                             min_version_level=GROUP_VERSION_LEVEL)]
+        levels[GROUP_VERSION] = GROUP_VERSION_LEVEL
+    response.supported_features = [m.SupportedFeatureKey(name=n, min_version=0, max_version=level)
+                                   for n, level in sorted(levels.items())]
+    response.finalized_features_epoch = FINALIZED_FEATURES_EPOCH
+    response.finalized_features = [m.FinalizedFeatureKey(name=n, max_version_level=level, min_version_level=level)
+                                   for n, level in sorted(levels.items())]
     return response

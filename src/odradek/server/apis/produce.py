@@ -19,6 +19,10 @@ Batches of idempotent producers are checked against the partition's producer sta
 (`odradek.storage.producer_state`): a resent batch is answered NONE with its original base offset
 and not appended again (as Kafka does; DUPLICATE_SEQUENCE_NUMBER is never sent), sequence gaps get
 OUT_OF_ORDER_SEQUENCE_NUMBER and old epochs INVALID_PRODUCER_EPOCH.
+
+A transactional batch that would start its transaction on a partition is first checked with the
+transaction coordinator, or from v12 (the transaction protocol v2) added to the transaction by it
+(KIP-890, `odradek.server.txn_verification`): the request awaits that before its appends.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from odradek.server.log_validator import (
 from odradek.server.metadata_cache import MetadataImage
 from odradek.server.network import ConnectionClosing, Later
 from odradek.server.partition import Partition
+from odradek.server.txn_verification import ProduceVerification, verify_produce
 from odradek.server.workers import Workers
 from odradek.storage.errors import StorageError
 from odradek.storage.producer_state import ProducerStateError
@@ -64,12 +69,13 @@ async def handle_produce(ctx: RequestContext, request: m.ProduceRequest) -> m.Pr
     interrupted: list[bool] = []
     waiting: list[tuple[Partition, int, m.PartitionProduceResponse]] = []   # acks=all, by appended end
     responses = []
-    for topic in request.topic_data:
-        name = topic.name
-        if ctx.api_version >= 13:
-            info = image.topic_by_id(topic.topic_id)
-            name = info.name if info is not None else None
-        out = [await _produce_partition(ctx, image, name, pd, acks, now, interrupted, waiting)
+    names = [_topic_name(ctx, image, topic) for topic in request.topic_data]
+    verified = await verify_produce(
+        ctx.coordinators.transactions.verifier, ctx.replica_manager.leader_partition, request.transactional_id,
+        ctx.api_version, [(name, pd.index, pd.records) for name, topic in zip(names, request.topic_data)
+                          for pd in topic.partition_data], now)
+    for name, topic in zip(names, request.topic_data):
+        out = [await _produce_partition(ctx, image, name, pd, acks, now, interrupted, waiting, verified)
                for pd in topic.partition_data]
         any_error = any_error or any(r.error_code for r in out)
         responses.append(m.TopicProduceResponse(name=topic.name, topic_id=topic.topic_id, partition_responses=out))
@@ -104,10 +110,17 @@ def _set_codes(waiting: list[tuple[Partition, int, m.PartitionProduceResponse]],
             response.error_code = code
 
 
+def _topic_name(ctx: RequestContext, image: MetadataImage, topic: m.TopicProduceData) -> str | None:
+    if ctx.api_version >= 13:
+        info = image.topic_by_id(topic.topic_id)
+        return info.name if info is not None else None
+    return topic.name
+
+
 async def _produce_partition(ctx: RequestContext, image: MetadataImage, name: str | None, pd: m.PartitionProduceData,
                              acks: int, now: int, interrupted: list[bool],
-                             waiting: list[tuple[Partition, int, m.PartitionProduceResponse]]
-                             ) -> m.PartitionProduceResponse:
+                             waiting: list[tuple[Partition, int, m.PartitionProduceResponse]],
+                             verified: ProduceVerification) -> m.PartitionProduceResponse:
     rm = ctx.replica_manager
     if acks not in (-1, 0, 1):
         return _error(pd.index, ErrorCode.INVALID_REQUIRED_ACKS)
@@ -121,6 +134,9 @@ async def _produce_partition(ctx: RequestContext, image: MetadataImage, name: st
     if name in INTERNAL_TOPICS and ctx.header.client_id != ADMIN_CLIENT_ID:
         # Only the coordinators write their own topics (Kafka: internalTopicsAllowed).
         return _error(pd.index, ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {name}")
+    refused = verified.error(name, pd.index)
+    if refused is not None:
+        return _error(pd.index, refused[0], refused[1])
     try:
         rules = topic_rules(image.topic_config(name))
         try:
@@ -130,6 +146,7 @@ async def _produce_partition(ctx: RequestContext, image: MetadataImage, name: st
         except NeedsWorker:
             validated = await _validate_on_workers(ctx.workers, interrupted, pd.records, rules, now, ctx.api_version)
             part = rm.leader_partition(name, pd.index)  # it may have moved while the worker ran
+        verified.check(part, name, pd.index)
         result = rm.append_to_leader(part, validated.buffer, now, log_append_time=rules.timestamp_type == LOG_APPEND_TIME,
                                      required_acks=acks)
     except KafkaApiError as e:     # no longer the leader, or too few in-sync replicas for acks=all

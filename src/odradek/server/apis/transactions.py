@@ -12,11 +12,16 @@ COORDINATOR_LOAD_IN_PROGRESS.
 PRODUCER_FENCED (KIP-588) is answered as INVALID_PRODUCER_EPOCH to the versions that predate it:
 InitProducerId below v4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn below v2.
 AddPartitionsToTxn v4+ (brokers only) carries several transactions; `verify_only` asks whether
-partitions are in an open transaction (KIP-890's verification) without adding them.
+partitions are in an open transaction (KIP-890's verification) without adding them, otherwise a
+leader adds them for a client of the transaction protocol v2 (KIP-890 part 2), and the transaction
+becomes one of that protocol. EndTxn v5+ is that protocol's end: the epoch is bumped and answered.
+TxnOffsetCommit checks (v5+: adds) the group's offsets partition with the transaction coordinator
+first, as Produce does (`odradek.server.txn_verification`).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -25,10 +30,11 @@ from odradek.coordinator import offsets
 from odradek.coordinator.records import OFFSETS_TOPIC, partition_for
 from odradek.coordinator.runtime import CoordinatorError
 from odradek.coordinator.transactions import (
-    NEED_PRODUCER_ID, InitResult, add_partitions, end_txn, init_producer_id, verify_partitions,
+    NEED_PRODUCER_ID, TV_0, TV_2, EndResult, InitResult, add_partitions, end_txn, end_txn_v2, init_producer_id,
+    verify_partitions,
 )
 from odradek.coordinator.transactions_runtime import TransactionCoordinator
-from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import add_offsets_to_txn as ao
 from odradek.protocol.messages import add_partitions_to_txn as ap
 from odradek.protocol.messages import end_txn as et
@@ -37,6 +43,7 @@ from odradek.protocol.messages import txn_offset_commit as toc
 from odradek.protocol.messages import write_txn_markers as wtm
 from odradek.server.context import RequestContext
 from odradek.server.txn_markers import Marker, append_markers
+from odradek.server.txn_verification import offset_commit_error, txn_offset_commit_operation
 
 log = logging.getLogger("odradek.transactions")
 
@@ -109,8 +116,11 @@ async def _add(ctx: RequestContext, txn_id: str, producer_id: int, producer_epoc
             verified: dict[tuple[str, int], ErrorCode] = _coordinator(ctx).query(
                 txn_id, verify_partitions, txn_id, producer_id, producer_epoch, partitions)
             return verified
-        code = await _coordinator(ctx).execute(txn_id, add_partitions, txn_id, producer_id, producer_epoch,
-                                               partitions)
+        # v4+ comes from a partition leader adding for a client of the protocol v2 (Kafka's
+        # transactionVersionForAddPartitionsToTxn); below, from the client itself.
+        version = TV_2 if ctx.api_version >= 4 else TV_0
+        code = await _coordinator(ctx).execute(txn_id, functools.partial(add_partitions, client_transaction_version=version),
+                                               txn_id, producer_id, producer_epoch, partitions)
     except CoordinatorError as e:
         code = e.code
     return {tp: _fenced(code, ctx, 2) for tp in partitions}
@@ -159,6 +169,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: ao.AddOffsetsT
 
 # ------------------------------------------------------------------------------------ EndTxn
 async def handle_end_txn(ctx: RequestContext, request: et.EndTxnRequest) -> et.EndTxnResponse:
+    if ctx.api_version >= 5:
+        return await _end_txn_v2(ctx, request)
     try:
         code = await _coordinator(ctx).execute(request.transactional_id, end_txn, request.transactional_id,
                                                request.producer_id, request.producer_epoch, request.committed)
@@ -170,6 +182,33 @@ async def handle_end_txn(ctx: RequestContext, request: et.EndTxnRequest) -> et.E
                              producer_epoch=request.producer_epoch if ok else -1)
 
 
+async def _end_txn_v2(ctx: RequestContext, request: et.EndTxnRequest) -> et.EndTxnResponse:
+    """The transaction protocol v2's EndTxn: the answer carries the next transaction's producer id
+    and epoch (a new producer id when the epochs run out)."""
+    txn_id = request.transactional_id
+    next_pid: int | None = None
+    result = EndResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+    for _ in range(2):
+        try:
+            answer = await _coordinator(ctx).execute(txn_id, end_txn_v2, txn_id, request.producer_id,
+                                                     request.producer_epoch, request.committed, next_pid)
+        except CoordinatorError as e:
+            result = EndResult(e.code)
+            break
+        if answer is not NEED_PRODUCER_ID:
+            assert isinstance(answer, EndResult)
+            result = answer
+            break
+        try:
+            next_pid = await ctx.controller.next_producer_id()
+        except StoreError as e:
+            log.warning("no producer id block: %s", e)
+            result = EndResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            break
+    return et.EndTxnResponse(throttle_time_ms=0, error_code=result.error, producer_id=result.producer_id,
+                             producer_epoch=result.producer_epoch)
+
+
 # ------------------------------------------------------------------------------------ TxnOffsetCommit
 async def handle_txn_offset_commit(ctx: RequestContext, request: toc.TxnOffsetCommitRequest
                                    ) -> toc.TxnOffsetCommitResponse:
@@ -179,16 +218,45 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: toc.TxnOffsetCo
         return ErrorCode.NONE if name is not None and image.topic(name) is not None \
             else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-    try:
-        response: toc.TxnOffsetCommitResponse = await ctx.coordinators.group_coordinator().execute(
-            request.group_id, offsets.txn_commit_offsets, request, ctx.api_version, topic_error)
-        return response
-    except CoordinatorError as e:
-        code = e.code
+    code = await _verify_offsets_partition(ctx, request)
+    if code == ErrorCode.NONE:
+        try:
+            response: toc.TxnOffsetCommitResponse = await ctx.coordinators.group_coordinator().execute(
+                request.group_id, offsets.txn_commit_offsets, request, ctx.api_version, topic_error)
+            return response
+        except CoordinatorError as e:
+            code = e.code
     return toc.TxnOffsetCommitResponse(throttle_time_ms=0, topics=[
         toc.TxnOffsetCommitResponseTopic(name=t.name, partitions=[
             toc.TxnOffsetCommitResponsePartition(partition_index=p.partition_index, error_code=code)
             for p in t.partitions]) for t in request.topics])
+
+
+async def _verify_offsets_partition(ctx: RequestContext, request: toc.TxnOffsetCommitRequest) -> ErrorCode:
+    """KIP-890 for TxnOffsetCommit: the group's offsets partition must be in the transaction (v5+:
+    is added to it) before offsets are written to it for the transaction."""
+    operation = txn_offset_commit_operation(ctx.api_version)
+    verifier = ctx.coordinators.transactions.verifier
+    if not verifier.wanted(request.transactional_id, operation):
+        return ErrorCode.NONE
+    info = ctx.metadata.image.topic(OFFSETS_TOPIC)
+    if info is None or not info.partitions:
+        return ErrorCode.NONE            # the group coordinator answers it
+    tp = (OFFSETS_TOPIC, partition_for(request.group_id, len(info.partitions)))
+    try:
+        part = ctx.replica_manager.leader_partition(*tp)
+    except KafkaApiError as e:
+        return offset_commit_error(e.code)
+    state = getattr(part.log, "producer_state", None)
+    if state is None:
+        return ErrorCode.NONE
+    guard = state.maybe_start_verification(request.producer_id, -1, request.producer_epoch, ctx.clock(),
+                                           operation.supports_epoch_bump)
+    if guard is None:
+        return ErrorCode.NONE
+    errors = await verifier.verify(request.transactional_id, request.producer_id, request.producer_epoch, [tp],
+                                   operation)
+    return offset_commit_error(errors.get(tp, ErrorCode.NONE))
 
 
 # ------------------------------------------------------------------------------------ WriteTxnMarkers
