@@ -211,7 +211,9 @@ def _have_numpy() -> bool:
     if _numpy_path is None and not _NUMPY_MISSING:
         try:
             from odradek.records import columns_numpy
-        except ImportError:   # no numpy: the pure-Python path serves every size, slower
+        except ModuleNotFoundError as e:   # no numpy: the pure-Python path serves every size, slower
+            if e.name != "numpy":          # anything else is a bug in our code: say so, do not fall back
+                raise
             _NUMPY_MISSING = True
         else:
             _numpy_path = columns_numpy

@@ -17,7 +17,8 @@ import numpy as np
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records.batch import MIN_RECORD_SIZE
-from odradek.records.columns import INT64_MIN, RecordColumns, _headers, _Section, _uvarint
+from odradek.records.columns import INT64_MIN, RecordColumns, _headers, _Section
+from odradek.records.varint import read_uvarint
 
 RUN_MIN = 16               # shortest run of equal-sized records worth checking with numpy
 RUN_WINDOW_MAX = 8192
@@ -109,7 +110,7 @@ def _scan(buf, pos: int, count: int, out: list) -> int:
             if b1 < 0x80:
                 pos += 2 + (((b & 0x7F) | (b1 << 7)) >> 1)
             else:
-                n, after = _uvarint(buf, pos, len(buf), 5, "record length")
+                n, after = read_uvarint(buf, pos, len(buf), 5, "record length")
                 pos = after + (n >> 1)
     return pos
 
@@ -157,7 +158,7 @@ def _starts(arr, buf, pos: int, end: int, count: int):
     while left > 0:
         if pos >= end:
             raise ProtocolError(f"{left} records missing at the end of a batch")
-        n, after = _uvarint(buf, pos, end, 5, "record length")
+        n, after = read_uvarint(buf, pos, end, 5, "record length")
         stride = after - pos + (n >> 1)
         k = min(left, window, (end - pos) // max(stride, 1))
         if stride > 0 and k >= RUN_MIN:

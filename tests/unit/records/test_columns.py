@@ -15,6 +15,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import GZIP, LZ4, NONE, SNAPPY, ZSTD, RecordBatch, RecordBatchBuilder, iter_batches
 from odradek.records.columns import NUMPY_MIN_RECORDS, RecordColumns, decode_batches
+from odradek.records.columns_numpy import ColumnSource
 from tests.unit.records.test_records_malformed import INT32_MAX, record, v, v2
 
 CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
@@ -35,6 +36,8 @@ def kafka_python_batch(records, *, codec=NONE, base_offset=0, timestamp_type=0) 
 
 def columns(batches, first_offset=-(1 << 63), *, use_numpy: bool) -> list[tuple]:
     c = decode_batches(batches, first_offset, use_numpy=use_numpy)
+    if use_numpy and len(c):   # the numpy path really ran (a failed import once fell back unnoticed)
+        assert isinstance(c._source, ColumnSource)
     headers = c.headers if c.headers is not None else [()] * len(c)
     assert all(len(col) == len(c) for col in (c.timestamps, c.timestamp_types, c.keys, c.values, headers))
     return list(zip(c.offsets, c.timestamps, c.timestamp_types, c.keys, c.values, headers))
