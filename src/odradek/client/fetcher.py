@@ -84,9 +84,11 @@ def records_from_columns(tp: TopicPartition, cols: RecordColumns, start: int = 0
     Python frame per record).
 
     From GC_PAUSE_MIN_RECORDS records on, the cyclic GC is paused while they are made (no Python code
-    runs meanwhile, so no other thread sees it paused): otherwise a young collection every 700 new
-    objects walks the list being filled, all of it each time, and a poll of 100000 records spent more
-    time in the GC than in everything else. Paused, the new records meet one young collection."""
+    runs meanwhile, so no other thread sees it paused). Otherwise a young collection runs every 700 new
+    records, an older one every 10 of those and a full one often, each walking the records still
+    alive: at polls of 100000 records of 100 B the GC took more time than everything else. Paused,
+    the new records of a chunk meet one young collection, and the older collections run 10 times
+    less often."""
     c = cols.slice(start, len(cols) if stop is None else stop)
     n = len(c)
     fields = zip(repeat(tp.topic, n), repeat(tp.partition, n), c.offsets, c.timestamps, c.timestamp_types, c.keys,
