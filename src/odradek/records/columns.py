@@ -32,7 +32,7 @@ from odradek.records import codecs
 from odradek.records.batch import LOG_APPEND_TIME, MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
 from odradek.records.varint import read_varint, read_varlong
 
-_numpy_path: Any = None    # columns_numpy, imported on the first decode that uses it (numpy takes ~0.1 s)
+_numpy_path: Any = None    # columns_numpy: imported by load_bulk_decoder or the first decode that uses it
 _NUMPY_MISSING = False
 
 NUMPY_MIN_RECORDS = 64
@@ -204,6 +204,12 @@ def decode_batches(batches: Sequence[RecordBatch], first_offset: int = INT64_MIN
     if use_numpy and _have_numpy():
         return _numpy_path.decode(buf, sections, total, first_offset)
     return _decode_python(buf, sections, first_offset)
+
+
+def load_bulk_decoder() -> bool:
+    """Import the numpy path now (a consumer calls this when it starts, so that its first poll does not
+    stall the event loop importing numpy); False when numpy is not installed."""
+    return _have_numpy()
 
 
 def _have_numpy() -> bool:

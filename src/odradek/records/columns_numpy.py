@@ -1,6 +1,7 @@
 """The numpy path of `columns.decode_batches`: every record of the joined records sections decoded at
-once, a field at a time (see `columns` for the format, the checks and why). Imported on the first
-decode of NUMPY_MIN_RECORDS records or more, so that importing the client does not import numpy.
+once, a field at a time (see `columns` for the format, the checks and why). Imported when a consumer
+starts or on the first decode of NUMPY_MIN_RECORDS records or more, so that importing the client does
+not import numpy.
 
 Record starts: records come in runs of one encoded size, so the next records are guessed to have the
 current one's size and the guess is checked for a whole window at once (every byte of each candidate's

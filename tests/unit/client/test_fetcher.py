@@ -21,8 +21,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from odradek.client.consumer import Consumer
 from odradek.client.errors import CorruptRecordError
 from odradek.client.fetcher import (
-    GC_PAUSE_MIN_RECORDS, MAX_BUFFERED_FETCHES, CompletedFetch, ConsumerRecord, PartitionState, TopicPartition, records_of,
-    to_fetched_batch,
+    GC_PAUSE_MIN_RECORDS, MAX_BUFFERED_FETCHES, CompletedFetch, ConsumerRecord, PartitionState, TopicPartition,
+    records_of, to_fetched_batch,
 )
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages import fetch as fm

@@ -14,7 +14,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import GZIP, LZ4, NONE, SNAPPY, ZSTD, RecordBatch, RecordBatchBuilder, iter_batches
-from odradek.records.columns import NUMPY_MIN_RECORDS, RecordColumns, decode_batches
+from odradek.records import columns as columns_module
+from odradek.records.columns import NUMPY_MIN_RECORDS, RecordColumns, decode_batches, load_bulk_decoder
 from odradek.records.columns_numpy import ColumnSource
 from tests.unit.records.test_records_malformed import INT32_MAX, record, v, v2
 
@@ -228,3 +229,12 @@ def test_lazy_columns_slice_and_extend_like_lists():
     assert (a.offsets, a.timestamps, a.keys, a.values, a.headers) == (
         eager.offsets, eager.timestamps, eager.keys, eager.values, eager.headers)
     assert len(a) == 500 and a.last_offset == 499
+
+
+def test_the_bulk_decoder_loads_with_numpy_installed():
+    """numpy is a dependency: the numpy path loads (a consumer loads it when it starts), and a decode of
+    NUMPY_MIN_RECORDS records takes it without being asked."""
+    assert load_bulk_decoder() is True
+    assert columns_module._numpy_path is not None
+    recs = random_records(random.Random(5), NUMPY_MIN_RECORDS, uniform=True)
+    assert isinstance(decode_batches([kafka_python_batch(recs)])._source, ColumnSource)
