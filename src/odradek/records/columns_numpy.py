@@ -7,7 +7,8 @@ Record starts: records come in runs of one encoded size, so the next records are
 current one's size and the guess is checked for a whole window at once (every byte of each candidate's
 length varint must match); where it fails a Python loop follows the lengths for a chunk. Every other
 field is decoded for all records at once, a varint in a few vectorised rounds, and checked against its
-record's end before the next is read. The result keeps the arrays (`ColumnSource`): Python lists are
+record's end before the next is read (varints of up to 3 bytes, nearly all of them, from each record's
+first three bytes at once; the longer ones a byte at a time). The result keeps the arrays (`ColumnSource`): Python lists are
 made only for the columns a caller reads, and `joined_values` copies values of one size at fixed
 distances (a producer's records of one size) with one strided copy.
 """
@@ -135,7 +136,29 @@ def _scan(buf, pos: int, count: int, out: list) -> int:
 
 
 def _uvarints(arr, pos, max_bytes: int, what: str):
-    """Unsigned varints at each position of arr (uint8, padded): (values uint64, sizes int64)."""
+    """Unsigned varints at each position of arr (uint8, padded): (values uint64, sizes int64).
+
+    Varints of up to 3 bytes (lengths below 1 MiB, deltas below 2**20) are decoded for every record
+    from its first three bytes at once; the longer ones take `_uvarints_long`."""
+    b0 = arr[pos]
+    if not (b0 & 0x80).any():
+        return b0.astype(np.uint64), np.ones(len(pos), np.int64)
+    b0 = b0.astype(np.int64)
+    b1 = arr[pos + 1].astype(np.int64)
+    b2 = arr[pos + 2].astype(np.int64)
+    more0 = b0 >> 7
+    more1 = more0 & (b1 >> 7)
+    val = (b0 & 0x7F) | (((b1 & 0x7F) << 7) * more0) | (((b2 & 0x7F) << 14) * more1)
+    size = 1 + more0 + more1
+    longer = np.flatnonzero(more1 & (b2 >> 7))
+    val = val.astype(np.uint64)
+    if longer.size:
+        val[longer], size[longer] = _uvarints_long(arr, pos[longer], max_bytes, what)
+    return val, size
+
+
+def _uvarints_long(arr, pos, max_bytes: int, what: str):
+    """`_uvarints` a byte at a time, for every position."""
     b = arr[pos]
     val = (b & 0x7F).astype(np.uint64)
     size = np.ones(len(pos), np.int64)

@@ -262,3 +262,25 @@ def test_keys_and_values_in_runs_of_one_size(codec):
     assert columns(batches, use_numpy=True) == want
     assert columns(batches, use_numpy=False) == want
     assert columns(batches, 950, use_numpy=True) == want[950:]
+
+
+def test_vectorised_varints_of_every_size():
+    """The numpy varint reader (short ones at once, longer ones byte by byte) against the scalar one,
+    for varints of 1 to 10 bytes mixed, and its refusals."""
+    import numpy as np
+
+    from odradek.records.columns_numpy import _uvarints
+    from odradek.records.varint import encode_uvarint, read_uvarint
+
+    r = random.Random(11)
+    values = [r.randrange(1 << r.choice((7, 14, 21, 28, 35, 63, 64))) for _ in range(2000)]
+    data = b"".join(encode_uvarint(u) for u in values) + bytes(16)
+    pos, at = [], 0
+    for _ in values:
+        pos.append(at)
+        at = read_uvarint(data, at, len(data), 10, "varlong")[1]
+    u, size = _uvarints(np.frombuffer(data, np.uint8), np.array(pos, np.int64), 10, "varlong")
+    assert u.tolist() == values
+    assert size.tolist() == [len(encode_uvarint(v)) for v in values]
+    with pytest.raises(ProtocolError, match="longer than 5 bytes"):
+        _uvarints(np.frombuffer(b"\x01" + encode_uvarint(1 << 35) + bytes(16), np.uint8), np.array([0, 1]), 5, "v")
