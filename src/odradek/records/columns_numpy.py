@@ -6,11 +6,12 @@ not import numpy.
 Record starts: records come in runs of one encoded size, so the next records are guessed to have the
 current one's size and the guess is checked for a whole window at once (every byte of each candidate's
 length varint must match); where it fails a Python loop follows the lengths for a chunk. Every other
-field is decoded for all records at once, a varint in a few vectorised rounds, and checked against its
-record's end before the next is read (varints of up to 3 bytes, nearly all of them, from each record's
-first three bytes at once; the longer ones a byte at a time). The result keeps the arrays (`ColumnSource`): Python lists are
-made only for the columns a caller reads, and `joined_values` copies values of one size at fixed
-distances (a producer's records of one size) with one strided copy.
+field is decoded for all records at once and checked against its record's end before the next is
+read; a varint of up to 3 bytes (nearly all of them) from its record's first three bytes at once, a
+longer one a byte at a time. The result keeps the arrays (`ColumnSource`): Python lists are made only
+for the columns a caller reads; keys and values in runs of one size are gathered a run at a time, and
+`joined_values` copies values of one size at fixed distances (a producer's records of one size) with
+one strided copy.
 """
 
 from __future__ import annotations
