@@ -26,7 +26,7 @@ from odradek.records.varint import read_uvarint
 RUN_MIN = 16               # shortest run of equal-sized records worth checking with numpy
 RUN_WINDOW_MAX = 8192
 SCAN_CHUNK = 256
-SLICE_RUN_MIN = 128        # records per run of one key or value length, on average, for `_slices`' gather
+SLICE_RUN_MIN = 64         # records in a run of one key or value length (or distance) read at once
 
 
 class ColumnSource:
@@ -91,30 +91,70 @@ class ColumnSource:
 def _slices(buf: bytes, start, length) -> list:
     """buf[start:start + length] per record, None where length is -1.
 
-    Records mostly come in runs of one length (a producer's records of one size, keys all null): each
-    run of at least SLICE_RUN_MIN records on average is one gather of fixed-size items from buf and one
-    `tolist` (numpy makes the bytes objects, about half the cost of slicing in a Python loop); values of
-    many lengths take the loop."""
+    Records mostly come in runs of one length (a producer's records of one size, keys all null): runs
+    of SLICE_RUN_MIN records or more go to `_one_size`, where numpy makes the bytes objects (about half
+    the cost of slicing in a Python loop); the records between them take the loop."""
     n = len(start)
     if not n:
         return []
-    cuts = np.flatnonzero(length[1:] != length[:-1]) + 1
-    if len(cuts) > n // SLICE_RUN_MIN:
-        s = start.tolist()
-        if (length >= 0).all():
-            return [buf[a:b] for a, b in zip(s, (start + length).tolist())]
-        return [buf[a:a + m] if m >= 0 else None for a, m in zip(s, length.tolist())]
+    bounds = np.flatnonzero(length[1:] != length[:-1]) + 1
+    bounds = np.concatenate(([0], bounds, [n]))
+    long = np.flatnonzero(np.diff(bounds) >= SLICE_RUN_MIN)
     out: list = []
-    for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
+    at = 0
+    for a, b in zip(bounds[long].tolist(), bounds[long + 1].tolist()):
+        if at < a:
+            out += _sliced(buf, start[at:a], length[at:a])
         size = int(length[a])
         if size < 0:
             out += [None] * (b - a)
         elif size == 0:
             out += [b""] * (b - a)
-        else:   # item i of this view is buf[i:i + size] (no copy); the gather copies the run's values
-            items = np.ndarray((len(buf) - size + 1,), np.dtype((np.void, size)), buffer=buf, strides=(1,))
-            out += items[start[a:b]].tolist()
+        else:
+            out += _one_size(buf, start[a:b], size)
+        at = b
+    if at < n:
+        out += _sliced(buf, start[at:], length[at:])
     return out
+
+
+def _sliced(buf: bytes, start, length) -> list:
+    """`_slices` one record at a time."""
+    s = start.tolist()
+    if (length >= 0).all():
+        return [buf[a:b] for a, b in zip(s, (start + length).tolist())]
+    return [buf[a:a + m] if m >= 0 else None for a, m in zip(s, length.tolist())]
+
+
+def _one_size(buf: bytes, start, size: int) -> list:
+    """buf[s:s + size] for each s of `start` (increasing, size > 0), as bytes made by numpy's tolist.
+
+    Records at one distance from each other (one size, one layout) are read through a strided view of
+    buf, so each value is copied once, into its bytes object; a run's distance changes where a varint
+    before the value grows a byte. Runs shorter than SLICE_RUN_MIN are gathered into an array first."""
+    k = len(start)
+    steps = np.diff(start)
+    # records a..b-1 are at one distance from each other when steps a..b-2 are equal
+    bounds = np.concatenate(([0], np.flatnonzero(steps[1:] != steps[:-1]) + 2, [k]))
+    long = np.flatnonzero(np.diff(bounds) >= SLICE_RUN_MIN)
+    void = np.dtype((np.void, size))
+    out: list = []
+    at = 0
+    for a, b in zip(bounds[long].tolist(), bounds[long + 1].tolist()):
+        if at < a:
+            out += _gathered(buf, start[at:a], void)
+        first = int(start[a])
+        out += np.ndarray((b - a,), void, buffer=buf, offset=first, strides=(int(start[a + 1]) - first,)).tolist()
+        at = b
+    if at < k:
+        out += _gathered(buf, start[at:], void)
+    return out
+
+
+def _gathered(buf: bytes, start, void) -> list:
+    """buf[s:s + size] for each s of `start`: item i of the view is buf[i:i + size]; the gather copies."""
+    items = np.ndarray((len(buf) - void.itemsize + 1,), void, buffer=buf, strides=(1,))
+    return items[start].tolist()
 
 
 def _scan(buf, pos: int, count: int, out: list) -> int:

@@ -242,9 +242,10 @@ def test_the_bulk_decoder_loads_with_numpy_installed():
 
 @pytest.mark.parametrize("codec", [NONE, LZ4])
 def test_keys_and_values_in_runs_of_one_size(codec):
-    """Runs of one key or value size (the numpy path gathers each run at once): null, empty, one
-    byte, values ending in zero bytes, runs across batch boundaries, then sizes varying record by
-    record; both paths agree with what kafka-python was given."""
+    """Runs of one key or value size (the numpy path reads each run at once): null, empty, one byte,
+    values ending in zero bytes, runs across batch boundaries, values of one size at irregular
+    distances, then sizes varying record by record; both paths agree with what kafka-python was
+    given."""
     recs = []
     for run, (key_size, value_size) in enumerate([(None, 100), (8, 100), (8, None), (None, 0), (1, 1), (3, 5000)]):
         for i in range(300):
@@ -254,6 +255,8 @@ def test_keys_and_values_in_runs_of_one_size(codec):
             value = None if value_size is None else bytes([1 + j % 250]) * (value_size - zeros) + b"\0" * zeros
             recs.append((j, T0 + j, key, value, []))
     r = random.Random(7)
+    for j in range(len(recs), len(recs) + 300):   # values of one size at irregular distances
+        recs.append((j, T0 + j, r.randbytes(r.randint(0, 9)), r.randbytes(50), []))
     for j in range(len(recs), len(recs) + 300):
         recs.append((j, T0 + j, r.randbytes(r.randint(0, 9)), r.randbytes(r.randint(0, 300)), []))
     batches = [kafka_python_batch(recs[:1000], codec=codec), kafka_python_batch(
