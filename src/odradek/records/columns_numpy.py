@@ -93,10 +93,16 @@ def _slices(buf: bytes, start, length) -> list:
 
     Records mostly come in runs of one length (a producer's records of one size, keys all null): runs
     of SLICE_RUN_MIN records or more go to `_one_size`, where numpy makes the bytes objects (about half
-    the cost of slicing in a Python loop); the records between them take the loop."""
+    the cost of slicing in a Python loop); the records between them take the loop. This runs once a
+    poll, on that poll's records (a few hundred): the common cases take few numpy calls."""
     n = len(start)
     if not n:
         return []
+    size = int(length[0])
+    if (length == size).all():   # one size
+        if size <= 0:
+            return [None if size < 0 else b""] * n
+        return _one_size(buf, start, size)
     bounds = np.flatnonzero(length[1:] != length[:-1]) + 1
     bounds = np.concatenate(([0], bounds, [n]))
     long = np.flatnonzero(np.diff(bounds) >= SLICE_RUN_MIN)
@@ -133,11 +139,15 @@ def _one_size(buf: bytes, start, size: int) -> list:
     buf, so each value is copied once, into its bytes object; a run's distance changes where a varint
     before the value grows a byte. Runs shorter than SLICE_RUN_MIN are gathered into an array first."""
     k = len(start)
+    void = np.dtype((np.void, size))
+    first = int(start[0])
+    stride = int(start[1]) - first if k > 1 else size
     steps = np.diff(start)
+    if (steps == stride).all():
+        return np.ndarray((k,), void, buffer=buf, offset=first, strides=(stride,)).tolist()
     # records a..b-1 are at one distance from each other when steps a..b-2 are equal
     bounds = np.concatenate(([0], np.flatnonzero(steps[1:] != steps[:-1]) + 2, [k]))
     long = np.flatnonzero(np.diff(bounds) >= SLICE_RUN_MIN)
-    void = np.dtype((np.void, size))
     out: list = []
     at = 0
     for a, b in zip(bounds[long].tolist(), bounds[long + 1].tolist()):

@@ -265,6 +265,9 @@ def test_keys_and_values_in_runs_of_one_size(codec):
     assert columns(batches, use_numpy=True) == want
     assert columns(batches, use_numpy=False) == want
     assert columns(batches, 950, use_numpy=True) == want[950:]
+    for key, value in ((b"", None), (None, b""), (b"k", b"")):   # a whole column of one size
+        recs = [(j, T0, key, value, []) for j in range(NUMPY_MIN_RECORDS)]
+        assert columns([kafka_python_batch(recs, codec=codec)], use_numpy=True) == expected(0, recs)
 
 
 def test_vectorised_varints_of_every_size():
