@@ -85,6 +85,35 @@ def test_every_record_once_and_in_order(broker, topics, who, codec, poll):
     assert all(r.timestamp_type == 0 and r.topic == topic and r.partition == 0 for r in got)
 
 
+def runs_of_one_size(n_per_run: int) -> list[Msg]:
+    """Records in runs of one key and value size (as a producer of fixed-size records writes them),
+    with runs of null keys, null values and empty values, and values ending in zero bytes."""
+    base = int(time.time() * 1000) - 60_000
+    sizes = [(None, 100), (8, 100), (8, None), (None, 0), (3, 1000), (None, 100)]
+    out = []
+    for run, (key_size, value_size) in enumerate(sizes):
+        for i in range(n_per_run):
+            j = run * n_per_run + i
+            key = None if key_size is None else (b"%08d" % j)[-key_size:]
+            if value_size is None or value_size == 0:
+                value = None if value_size is None else b""
+            else:
+                value = bytes([j % 251]) * (value_size - 2) + b"\0\0"
+            out.append(Msg(key, value, (), base + j))
+    return out
+
+
+@pytest.mark.parametrize("poll", [500, 100_000])
+def test_records_in_runs_of_one_size(broker, poll):
+    """The decoder's gather of values of one size (numpy), on records written by confluent-kafka."""
+    topic = f"paths-runs-{poll}"
+    msgs = runs_of_one_size(700)
+    acks = produce_confluent(broker.bootstrap, topic, msgs, **{"batch.num.messages": 1000})
+    assert sorted(a.offset for a in acks) == list(range(len(msgs)))
+    got = asyncio.run(read(broker.bootstrap, topic, poll, end=len(msgs), **{"max.partition.fetch.bytes": 1 << 20}))
+    assert fields(got) == expected(msgs)
+
+
 @pytest.mark.parametrize("poll", POLLS)
 def test_seek_inside_batches(broker, topics, poll):
     topic, msgs = topics["confluent", "lz4"]

@@ -50,7 +50,7 @@ from odradek.client.group import consumer_group_config
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages import fetch as fm
-from odradek.records.columns import RecordColumns
+from odradek.records.columns import RecordColumns, load_bulk_decoder
 
 log = logging.getLogger("odradek.client.consumer")
 
@@ -85,6 +85,7 @@ class Consumer(GroupConsumer, OffsetLookups):
     async def start(self) -> "Consumer":
         if self._task is not None:
             return self
+        load_bulk_decoder()    # numpy's import (~0.1 s) here, not in the first poll
         self.cluster = Cluster(self.config)
         self._wake = asyncio.Event()
         self._data = asyncio.Event()

@@ -32,7 +32,7 @@ from odradek.records import codecs
 from odradek.records.batch import LOG_APPEND_TIME, MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
 from odradek.records.varint import read_varint, read_varlong
 
-_numpy_path: Any = None    # columns_numpy, imported on the first decode that uses it (numpy takes ~0.1 s)
+_numpy_path: Any = None    # columns_numpy: imported by load_bulk_decoder or the first decode that uses it
 _NUMPY_MISSING = False
 
 NUMPY_MIN_RECORDS = 64
@@ -206,12 +206,20 @@ def decode_batches(batches: Sequence[RecordBatch], first_offset: int = INT64_MIN
     return _decode_python(buf, sections, first_offset)
 
 
+def load_bulk_decoder() -> bool:
+    """Import the numpy path now (a consumer calls this when it starts, so that its first poll does not
+    stall the event loop importing numpy); False when numpy is not installed."""
+    return _have_numpy()
+
+
 def _have_numpy() -> bool:
     global _numpy_path, _NUMPY_MISSING
     if _numpy_path is None and not _NUMPY_MISSING:
         try:
             from odradek.records import columns_numpy
-        except ImportError:   # no numpy: the pure-Python path serves every size, slower
+        except ModuleNotFoundError as e:   # no numpy: the pure-Python path serves every size, slower
+            if e.name != "numpy":          # anything else is a bug in our code: say so, do not fall back
+                raise
             _NUMPY_MISSING = True
         else:
             _numpy_path = columns_numpy

@@ -1,14 +1,17 @@
 """The numpy path of `columns.decode_batches`: every record of the joined records sections decoded at
-once, a field at a time (see `columns` for the format, the checks and why). Imported on the first
-decode of NUMPY_MIN_RECORDS records or more, so that importing the client does not import numpy.
+once, a field at a time (see `columns` for the format, the checks and why). Imported when a consumer
+starts or on the first decode of NUMPY_MIN_RECORDS records or more, so that importing the client does
+not import numpy.
 
 Record starts: records come in runs of one encoded size, so the next records are guessed to have the
 current one's size and the guess is checked for a whole window at once (every byte of each candidate's
 length varint must match); where it fails a Python loop follows the lengths for a chunk. Every other
-field is decoded for all records at once, a varint in a few vectorised rounds, and checked against its
-record's end before the next is read. The result keeps the arrays (`ColumnSource`): Python lists are
-made only for the columns a caller reads, and `joined_values` copies values of one size at fixed
-distances (a producer's records of one size) with one strided copy.
+field is decoded for all records at once and checked against its record's end before the next is
+read; a varint of up to 3 bytes (nearly all of them) from its record's first three bytes at once, a
+longer one a byte at a time. The result keeps the arrays (`ColumnSource`): Python lists are made only
+for the columns a caller reads; keys and values in runs of one size are gathered a run at a time, and
+`joined_values` copies values of one size at fixed distances (a producer's records of one size) with
+one strided copy.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import numpy as np
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records.batch import MIN_RECORD_SIZE
-from odradek.records.columns import INT64_MIN, RecordColumns, _headers, _Section, _uvarint
+from odradek.records.columns import INT64_MIN, RecordColumns, _headers, _Section
+from odradek.records.varint import read_uvarint
 
 RUN_MIN = 16               # shortest run of equal-sized records worth checking with numpy
 RUN_WINDOW_MAX = 8192
 SCAN_CHUNK = 256
+SLICE_RUN_MIN = 64         # records in a run of one key or value length (or distance) read at once
 
 
 class ColumnSource:
@@ -84,16 +89,83 @@ class ColumnSource:
 
 
 def _slices(buf: bytes, start, length) -> list:
-    """buf[start:start + length] per record, None where length is -1."""
+    """buf[start:start + length] per record, None where length is -1.
+
+    Records mostly come in runs of one length (a producer's records of one size, keys all null): runs
+    of SLICE_RUN_MIN records or more go to `_one_size`, where numpy makes the bytes objects (about half
+    the cost of slicing in a Python loop); the records between them take the loop. This runs once a
+    poll, on that poll's records (a few hundred): the common cases take few numpy calls."""
     n = len(start)
     if not n:
         return []
-    if (length < 0).all():
-        return [None] * n
+    size = int(length[0])
+    if (length == size).all():   # one size
+        if size <= 0:
+            return [None if size < 0 else b""] * n
+        return _one_size(buf, start, size)
+    bounds = np.flatnonzero(length[1:] != length[:-1]) + 1
+    bounds = np.concatenate(([0], bounds, [n]))
+    long = np.flatnonzero(np.diff(bounds) >= SLICE_RUN_MIN)
+    out: list = []
+    at = 0
+    for a, b in zip(bounds[long].tolist(), bounds[long + 1].tolist()):
+        if at < a:
+            out += _sliced(buf, start[at:a], length[at:a])
+        size = int(length[a])
+        if size < 0:
+            out += [None] * (b - a)
+        elif size == 0:
+            out += [b""] * (b - a)
+        else:
+            out += _one_size(buf, start[a:b], size)
+        at = b
+    if at < n:
+        out += _sliced(buf, start[at:], length[at:])
+    return out
+
+
+def _sliced(buf: bytes, start, length) -> list:
+    """`_slices` one record at a time."""
     s = start.tolist()
     if (length >= 0).all():
         return [buf[a:b] for a, b in zip(s, (start + length).tolist())]
     return [buf[a:a + m] if m >= 0 else None for a, m in zip(s, length.tolist())]
+
+
+def _one_size(buf: bytes, start, size: int) -> list:
+    """buf[s:s + size] for each s of `start` (increasing, size > 0), as bytes made by numpy's tolist.
+
+    Records at one distance from each other (one size, one layout) are read through a strided view of
+    buf, so each value is copied once, into its bytes object; a run's distance changes where a varint
+    before the value grows a byte. Runs shorter than SLICE_RUN_MIN are gathered into an array first."""
+    k = len(start)
+    void = np.dtype((np.void, size))
+    first = int(start[0])
+    stride = int(start[1]) - first if k > 1 else size
+    steps = np.diff(start)
+    if (steps == stride).all():
+        return np.ndarray((k,), void, buffer=buf, offset=first, strides=(stride,)).tolist()
+    # records a..b-1 are at one distance from each other when steps a..b-2 are equal
+    bounds = np.concatenate(([0], np.flatnonzero(steps[1:] != steps[:-1]) + 2, [k]))
+    long = np.flatnonzero(np.diff(bounds) >= SLICE_RUN_MIN)
+    out: list = []
+    at = 0
+    for a, b in zip(bounds[long].tolist(), bounds[long + 1].tolist()):
+        if at < a:
+            out += _gathered(buf, start[at:a], void)
+        first = int(start[a])
+        out += np.ndarray((b - a,), void, buffer=buf, offset=first, strides=(int(start[a + 1]) - first,)).tolist()
+        at = b
+    if at < k:
+        out += _gathered(buf, start[at:], void)
+    return out
+
+
+def _gathered(buf: bytes, start, void) -> list:
+    """buf[s:s + size] for each s of `start`: item i of the view is buf[i:i + size]; the gather copies."""
+    items = np.ndarray((len(buf) - void.itemsize + 1,), void, buffer=buf, strides=(1,))
+    return items[start].tolist()
+
 
 def _scan(buf, pos: int, count: int, out: list) -> int:
     """Append where each of `count` records from buf[pos] starts; return where the last ends. Only
@@ -109,13 +181,35 @@ def _scan(buf, pos: int, count: int, out: list) -> int:
             if b1 < 0x80:
                 pos += 2 + (((b & 0x7F) | (b1 << 7)) >> 1)
             else:
-                n, after = _uvarint(buf, pos, len(buf), 5, "record length")
+                n, after = read_uvarint(buf, pos, len(buf), 5, "record length")
                 pos = after + (n >> 1)
     return pos
 
 
 def _uvarints(arr, pos, max_bytes: int, what: str):
-    """Unsigned varints at each position of arr (uint8, padded): (values uint64, sizes int64)."""
+    """Unsigned varints at each position of arr (uint8, padded): (values uint64, sizes int64).
+
+    Varints of up to 3 bytes (lengths below 1 MiB, deltas below 2**20) are decoded for every record
+    from its first three bytes at once; the longer ones take `_uvarints_long`."""
+    b0 = arr[pos]
+    if not (b0 & 0x80).any():
+        return b0.astype(np.uint64), np.ones(len(pos), np.int64)
+    b0 = b0.astype(np.int64)
+    b1 = arr[pos + 1].astype(np.int64)
+    b2 = arr[pos + 2].astype(np.int64)
+    more0 = b0 >> 7
+    more1 = more0 & (b1 >> 7)
+    val = (b0 & 0x7F) | (((b1 & 0x7F) << 7) * more0) | (((b2 & 0x7F) << 14) * more1)
+    size = 1 + more0 + more1
+    longer = np.flatnonzero(more1 & (b2 >> 7))
+    val = val.astype(np.uint64)
+    if longer.size:
+        val[longer], size[longer] = _uvarints_long(arr, pos[longer], max_bytes, what)
+    return val, size
+
+
+def _uvarints_long(arr, pos, max_bytes: int, what: str):
+    """`_uvarints` a byte at a time, for every position."""
     b = arr[pos]
     val = (b & 0x7F).astype(np.uint64)
     size = np.ones(len(pos), np.int64)
@@ -157,7 +251,7 @@ def _starts(arr, buf, pos: int, end: int, count: int):
     while left > 0:
         if pos >= end:
             raise ProtocolError(f"{left} records missing at the end of a batch")
-        n, after = _uvarint(buf, pos, end, 5, "record length")
+        n, after = read_uvarint(buf, pos, end, 5, "record length")
         stride = after - pos + (n >> 1)
         k = min(left, window, (end - pos) // max(stride, 1))
         if stride > 0 and k >= RUN_MIN:

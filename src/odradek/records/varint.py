@@ -19,7 +19,8 @@ INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 
 
-def _read_unsigned(buf, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+def read_uvarint(buf, pos: int, end: int, max_bytes: int, what: str) -> tuple[int, int]:
+    """Read an unsigned varint (no zig-zag) of at most max_bytes bytes from buf[pos:end]."""
     result = 0
     shift = 0
     limit = pos + max_bytes
@@ -50,7 +51,7 @@ def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
         b = buf[pos]
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
-    u, pos = _read_unsigned(buf, pos, end, 5, "varint")
+    u, pos = read_uvarint(buf, pos, end, 5, "varint")
     if u > 0xFFFFFFFF:
         raise ProtocolError("varint does not fit in 32 bits")
     return (u >> 1) ^ -(u & 1), pos
@@ -62,7 +63,7 @@ def read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
         b = buf[pos]
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
-    u, pos = _read_unsigned(buf, pos, end, 10, "varlong")
+    u, pos = read_uvarint(buf, pos, end, 10, "varlong")
     if u > 0xFFFFFFFFFFFFFFFF:
         raise ProtocolError("varlong does not fit in 64 bits")
     return (u >> 1) ^ -(u & 1), pos

@@ -11,6 +11,7 @@ consumer's; only the socket is missing.
 from __future__ import annotations
 
 import asyncio
+import gc
 from types import SimpleNamespace
 
 import pytest
@@ -20,8 +21,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from odradek.client.consumer import Consumer
 from odradek.client.errors import CorruptRecordError
 from odradek.client.fetcher import (
-    MAX_BUFFERED_FETCHES, CompletedFetch, ConsumerRecord, PartitionState, TopicPartition, records_of,
-    to_fetched_batch,
+    GC_PAUSE_MIN_RECORDS, MAX_BUFFERED_FETCHES, CompletedFetch, ConsumerRecord, PartitionState, TopicPartition,
+    records_of, to_fetched_batch,
 )
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages import fetch as fm
@@ -175,6 +176,24 @@ def test_record_fields_and_repr():
     assert r == ConsumerRecord("t", 0, 1, T0 + 1, 0, None, b"v1", (("i", b"1"),))
     assert (r.topic, r.partition, r.offset, r.key, r.headers) == ("t", 0, 1, None, (("i", b"1"),))
     assert "t-0@1" in repr(r)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_large_polls_leave_the_cyclic_gc_as_they_found_it(enabled):
+    """Many records at once are made with the cyclic GC paused; it is on again afterwards (off if the
+    application had turned it off), and every record is right."""
+    n = GC_PAUSE_MIN_RECORDS + 10
+    data = batch(0, n // 2) + batch(n // 2, n - n // 2)
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        records = completed(data, 0).take_records(0, n)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert [r.offset for r in records] == list(range(n))
+    assert [r.value for r in records] == [value(i) for i in range(n)]
+    assert records[-1] == records_of(TP, list(iter_batches(data))[-1], n - 1, True)[0]
 
 
 def test_partition_state_epochs_and_prefetch():

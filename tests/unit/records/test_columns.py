@@ -14,7 +14,9 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import GZIP, LZ4, NONE, SNAPPY, ZSTD, RecordBatch, RecordBatchBuilder, iter_batches
-from odradek.records.columns import NUMPY_MIN_RECORDS, RecordColumns, decode_batches
+from odradek.records import columns as columns_module
+from odradek.records.columns import NUMPY_MIN_RECORDS, RecordColumns, decode_batches, load_bulk_decoder
+from odradek.records.columns_numpy import ColumnSource
 from tests.unit.records.test_records_malformed import INT32_MAX, record, v, v2
 
 CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
@@ -35,6 +37,8 @@ def kafka_python_batch(records, *, codec=NONE, base_offset=0, timestamp_type=0) 
 
 def columns(batches, first_offset=-(1 << 63), *, use_numpy: bool) -> list[tuple]:
     c = decode_batches(batches, first_offset, use_numpy=use_numpy)
+    if use_numpy and len(c):   # the numpy path really ran (a failed import once fell back unnoticed)
+        assert isinstance(c._source, ColumnSource)
     headers = c.headers if c.headers is not None else [()] * len(c)
     assert all(len(col) == len(c) for col in (c.timestamps, c.timestamp_types, c.keys, c.values, headers))
     return list(zip(c.offsets, c.timestamps, c.timestamp_types, c.keys, c.values, headers))
@@ -225,3 +229,64 @@ def test_lazy_columns_slice_and_extend_like_lists():
     assert (a.offsets, a.timestamps, a.keys, a.values, a.headers) == (
         eager.offsets, eager.timestamps, eager.keys, eager.values, eager.headers)
     assert len(a) == 500 and a.last_offset == 499
+
+
+def test_the_bulk_decoder_loads_with_numpy_installed():
+    """numpy is a dependency: the numpy path loads (a consumer loads it when it starts), and a decode of
+    NUMPY_MIN_RECORDS records takes it without being asked."""
+    assert load_bulk_decoder() is True
+    assert columns_module._numpy_path is not None
+    recs = random_records(random.Random(5), NUMPY_MIN_RECORDS, uniform=True)
+    assert isinstance(decode_batches([kafka_python_batch(recs)])._source, ColumnSource)
+
+
+@pytest.mark.parametrize("codec", [NONE, LZ4])
+def test_keys_and_values_in_runs_of_one_size(codec):
+    """Runs of one key or value size (the numpy path reads each run at once): null, empty, one byte,
+    values ending in zero bytes, runs across batch boundaries, values of one size at irregular
+    distances, then sizes varying record by record; both paths agree with what kafka-python was
+    given."""
+    recs = []
+    for run, (key_size, value_size) in enumerate([(None, 100), (8, 100), (8, None), (None, 0), (1, 1), (3, 5000)]):
+        for i in range(300):
+            j = run * 300 + i
+            key = None if key_size is None else (b"%08d" % j)[-key_size:]
+            zeros = min(2, value_size or 0)
+            value = None if value_size is None else bytes([1 + j % 250]) * (value_size - zeros) + b"\0" * zeros
+            recs.append((j, T0 + j, key, value, []))
+    r = random.Random(7)
+    for j in range(len(recs), len(recs) + 300):   # values of one size at irregular distances
+        recs.append((j, T0 + j, r.randbytes(r.randint(0, 9)), r.randbytes(50), []))
+    for j in range(len(recs), len(recs) + 300):
+        recs.append((j, T0 + j, r.randbytes(r.randint(0, 9)), r.randbytes(r.randint(0, 300)), []))
+    batches = [kafka_python_batch(recs[:1000], codec=codec), kafka_python_batch(
+        [(d - 1000, ts, k, val, h) for d, ts, k, val, h in recs[1000:]], codec=codec, base_offset=1000)]
+    want = expected(0, recs)
+    assert columns(batches, use_numpy=True) == want
+    assert columns(batches, use_numpy=False) == want
+    assert columns(batches, 950, use_numpy=True) == want[950:]
+    for key, value in ((b"", None), (None, b""), (b"k", b"")):   # a whole column of one size
+        recs = [(j, T0, key, value, []) for j in range(NUMPY_MIN_RECORDS)]
+        assert columns([kafka_python_batch(recs, codec=codec)], use_numpy=True) == expected(0, recs)
+
+
+def test_vectorised_varints_of_every_size():
+    """The numpy varint reader (short ones at once, longer ones byte by byte) against the scalar one,
+    for varints of 1 to 10 bytes mixed, and its refusals."""
+    import numpy as np
+
+    from odradek.records.columns_numpy import _uvarints
+    from odradek.records.varint import encode_uvarint, read_uvarint
+
+    r = random.Random(11)
+    values = [r.randrange(1 << r.choice((7, 14, 21, 28, 35, 63, 64))) for _ in range(2000)]
+    data = b"".join(encode_uvarint(u) for u in values) + bytes(16)
+    pos, at = [], 0
+    for _ in values:
+        pos.append(at)
+        at = read_uvarint(data, at, len(data), 10, "varlong")[1]
+    u, size = _uvarints(np.frombuffer(data, np.uint8), np.array(pos, np.int64), 10, "varlong")
+    assert u.tolist() == values
+    assert size.tolist() == [len(encode_uvarint(v)) for v in values]
+    with pytest.raises(ProtocolError, match="longer than 5 bytes"):
+        _uvarints(np.frombuffer(b"\x01" + encode_uvarint(1 << 35) + bytes(16), np.uint8), np.array([0, 1]), 5, "v")
