@@ -178,3 +178,35 @@ def test_a_refused_frame_waits_for_the_pool_and_then_reads_on():
     assert r.retry_reserve() is True and r.waiting_bytes == 0
     rest = read(r, wire[n:], lambda room: room)
     assert rest == [bytes(50_000), b"after"]
+
+
+def _one_large(reader: FrameReader, payload: bytes) -> bytearray:
+    frames = reader.feed(wire_of([payload]))
+    assert len(frames) == 1
+    return frames[0]
+
+
+def test_a_released_large_frame_buffer_is_read_into_again():
+    reader = FrameReader(1 << 24)
+    first = _one_large(reader, random.Random(1).randbytes(1 << 20))
+    first_id = id(first)
+    del first                                    # nobody holds it any more
+    payload = random.Random(2).randbytes((1 << 20) - 1000)
+    second = _one_large(reader, payload)
+    assert id(second) == first_id and bytes(second) == payload
+    del second
+    bigger = random.Random(3).randbytes((1 << 20) + 300_000)   # grows in place, up to twice the spare
+    third = _one_large(reader, bigger)
+    assert bytes(third) == bigger
+
+
+def test_a_large_frame_still_in_use_is_never_overwritten():
+    reader = FrameReader(1 << 24)
+    a_payload, b_payload = random.Random(4).randbytes(1 << 20), random.Random(5).randbytes(1 << 20)
+    held = memoryview(_one_large(reader, a_payload))[10:20]     # a decoder's view into the frame
+    second = _one_large(reader, b_payload)
+    assert held.obj is not second
+    assert bytes(held) == a_payload[10:20] and bytes(second) == b_payload
+    kept = second                                               # the frame itself kept by its user
+    third = _one_large(reader, a_payload)
+    assert third is not kept and bytes(kept) == b_payload and bytes(third) == a_payload
