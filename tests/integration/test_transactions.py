@@ -137,18 +137,21 @@ def test_invalid_transaction_timeout(broker):
 
 def _start_copier(broker, source: str, target: str, partitions: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "tests.integration.txn_copier", broker.bootstrap, source, target,
-                             str(partitions), "copier-group", "copier", "1000", "1000"], cwd=ROOT, stdout=subprocess.PIPE,
+                             str(partitions), "copier-group", "copier", "5000", "200"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env={**os.environ}, start_new_session=True)
     return proc
 
 
 def test_copier_killed_repeatedly_copies_exactly_once(broker, admin):
-    source, target, partitions, total = "copy-in", "copy-out", 3, 10000
+    """The issue's figure: 100,000 records, copied in transactions of 5,000 (each holding its output
+    for 200 ms of work before the commit), the copier killed with SIGKILL five times, each time in the
+    middle of a transaction after it has committed output of its own."""
+    source, target, partitions, total = "copy-in", "copy-out", 3, 100_000
     _topic(admin, source, partitions)
     _topic(admin, target, partitions)
     seed_input(broker.bootstrap, source, partitions, total)
     kills = run_copier_killed(broker.bootstrap, target, partitions, total,
-                              lambda: _start_copier(broker, source, target, partitions))
+                              lambda: _start_copier(broker, source, target, partitions), commit_between_kills=True)
     copied = read_values(broker.bootstrap, target, partitions, "read_committed")
     uncommitted = read_values(broker.bootstrap, target, partitions, "read_uncommitted")
     print(f"copier: {kills} kills, {len(uncommitted)} records in the output log, {len(copied)} committed")
