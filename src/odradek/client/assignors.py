@@ -251,6 +251,15 @@ _BY_NAME = {
 def assignors_from_config(value) -> list:
     """partition.assignment.strategy: a comma-separated string or a list of names or assignor objects,
     in order of preference."""
+    out = assignors_named(value, "partition.assignment.strategy", _BY_NAME, ("name", "assign"))
+    if not out:
+        raise ConfigError("partition.assignment.strategy is empty")
+    return out
+
+
+def assignors_named(value, setting: str, by_name: dict, needs: tuple[str, ...]) -> list:
+    """The assignors a setting names: a comma-separated string, or a list of names (looked up in
+    `by_name`, case-insensitively) and objects with the attributes `needs`; each name once."""
     items: Iterable = value.split(",") if isinstance(value, str) else value
     out = []
     for item in items:
@@ -258,17 +267,15 @@ def assignors_from_config(value) -> list:
             name = item.strip()
             if not name:
                 continue
-            cls = _BY_NAME.get(name) or _BY_NAME.get(name.lower())
+            cls = by_name.get(name) or by_name.get(name.lower())
             if cls is None:
-                raise ConfigError(f"partition.assignment.strategy: unknown assignor {name!r} "
-                                  f"(known: range, roundrobin, cooperative-sticky)")
+                known = ", ".join(n for n in by_name if "." not in n)
+                raise ConfigError(f"{setting}: unknown assignor {name!r} (known: {known})")
             out.append(cls())
-        elif all(hasattr(item, a) for a in ("name", "assign")):
+        elif all(hasattr(item, a) for a in needs):
             out.append(item)
         else:
-            raise ConfigError(f"partition.assignment.strategy: {item!r} is not an assignor")
-    if not out:
-        raise ConfigError("partition.assignment.strategy is empty")
+            raise ConfigError(f"{setting}: {item!r} is not an assignor")
     if len({a.name for a in out}) != len(out):
-        raise ConfigError("partition.assignment.strategy names an assignor twice")
+        raise ConfigError(f"{setting} names an assignor twice")
     return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from odradek.client.assignors import Subscription, sticky_assign
+from odradek.client.assignors import Subscription, assignors_named, sticky_assign
 from odradek.client.errors import ConfigError
 from odradek.client.fetcher import TopicPartition
 
@@ -94,23 +94,8 @@ def group_assignors_from_config(value) -> list:
     """group.local.assignors: None, a comma-separated string, or a list of names or assignor objects."""
     if value is None:
         return []
-    items: Iterable = value.split(",") if isinstance(value, str) else value
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            name = item.strip()
-            if not name:
-                continue
-            cls = _BY_NAME.get(name.lower())
-            if cls is None:
-                raise ConfigError(f"group.local.assignors: unknown assignor {name!r} (known: {', '.join(_BY_NAME)})")
-            out.append(cls())
-        elif all(hasattr(item, a) for a in ("name", "assign", "metadata", "minimum_version", "maximum_version")):
-            out.append(item)
-        else:
-            raise ConfigError(f"group.local.assignors: {item!r} is not an assignor")
-    if len({a.name for a in out}) != len(out):
-        raise ConfigError("group.local.assignors names an assignor twice")
+    out = assignors_named(value, "group.local.assignors", _BY_NAME,
+                          ("name", "assign", "metadata", "minimum_version", "maximum_version"))
     for a in out:
         if not 0 <= a.minimum_version <= a.maximum_version <= 0x7FFF:
             raise ConfigError(f"group.local.assignors: {a.name} has an invalid version range")

@@ -281,15 +281,8 @@ class Connection(asyncio.BufferedProtocol):
                 elif self.pending:
                     await asyncio.sleep(0)          # let other connections have their turn
                 continue
-            if chunks is not None:
-                try:
-                    await self.send(chunks)
-                except (OSError, RuntimeError) as e:
-                    # sendfile writes to the socket itself: a peer that resets or vanishes mid-response
-                    # surfaces here, not in connection_lost. Half a response is on the wire; drop it all.
-                    log.info("closing connection from %s: sending a response failed: %r", self.peer[0], e)
-                    self.abort()
-                    return
+            if chunks is not None and not await self._send_or_abort(chunks):
+                return
             if self.closed:
                 return
             self.pending.popleft()
@@ -300,6 +293,18 @@ class Connection(asyncio.BufferedProtocol):
                 await asyncio.sleep(0)          # let other connections have their turn
         if not self.closed and len(self.answers) < MAX_PENDING_ANSWERS:
             self._resume("muted")
+
+    async def _send_or_abort(self, chunks: list) -> bool:
+        """Send a response; False if that failed and the connection was aborted."""
+        try:
+            await self.send(chunks)
+            return True
+        except (OSError, RuntimeError) as e:
+            # sendfile writes to the socket itself: a peer that resets or vanishes mid-response
+            # surfaces here, not in connection_lost. Half a response is on the wire; drop it all.
+            log.info("closing connection from %s: sending a response failed: %r", self.peer[0], e)
+            self.abort()
+            return False
 
     def _answer_later(self, chunks: "list | Later") -> None:
         if isinstance(chunks, Later):
@@ -329,13 +334,8 @@ class Connection(asyncio.BufferedProtocol):
                 log.exception("unexpected error answering a request from %s; closing", self.peer[0])
                 self.close()
                 return
-            if chunks is not None and not self.closed:
-                try:
-                    await self.send(chunks)
-                except (OSError, RuntimeError) as e:
-                    log.info("closing connection from %s: sending a response failed: %r", self.peer[0], e)
-                    self.abort()
-                    return
+            if chunks is not None and not self.closed and not await self._send_or_abort(chunks):
+                return
             if self.closed:
                 return
             self.answers.popleft()
