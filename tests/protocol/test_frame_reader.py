@@ -210,3 +210,21 @@ def test_a_large_frame_still_in_use_is_never_overwritten():
     kept = second                                               # the frame itself kept by its user
     third = _one_large(reader, a_payload)
     assert third is not kept and bytes(kept) == b_payload and bytes(third) == a_payload
+
+
+def test_coalesced_joins_small_runs_and_keeps_large_chunks_and_references_in_order():
+    from odradek.protocol.framing import COALESCE_BYTES, coalesced
+
+    class Ref:                                  # a record-set reference, sent with sendfile
+        size = 10
+
+    ref = Ref()
+    big = b"B" * COALESCE_BYTES
+    small = [b"\x00\x00\x00\x05", bytearray(b"head"), memoryview(b"x")]
+    out = coalesced([*small, ref, b"tail", big, b"a", b"b"])
+    assert out[0] == b"\x00\x00\x00\x05headx" and out[1] is ref and out[2] == b"tail"
+    assert out[3] is big and out[4] == b"ab" and len(out) == 5
+    many = [b"y" * 1000] * 200                  # runs stop at COALESCE_BYTES
+    joined = coalesced(many)
+    assert b"".join(joined) == b"".join(many) and all(len(c) <= COALESCE_BYTES for c in joined)
+    assert len(joined) == -(-200_000 // (COALESCE_BYTES // 1000 * 1000))

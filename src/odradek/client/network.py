@@ -20,6 +20,7 @@ from odradek.client.errors import (
     KafkaConnectionError, KafkaTimeoutError, RequestTimedOutError, UnsupportedVersionError,
 )
 from odradek.protocol.exceptions import ProtocolError
+from odradek.protocol.framing import coalesced
 
 
 class BrokerConnection(asyncio.BufferedProtocol):
@@ -133,7 +134,9 @@ class BrokerConnection(asyncio.BufferedProtocol):
     def _flush(self) -> None:
         chunks = self.conn.data_to_send()
         if chunks and self.transport is not None:
-            for c in chunks:    # asyncio 3.11's writelines() joins them: a copy of every request
+            # asyncio 3.11's writelines() joins everything (a copy of every large request); join only
+            # the small runs, so a request is one write, not one system call per chunk.
+            for c in coalesced(chunks):
                 self.transport.write(c)
 
     def _expire(self, fut: asyncio.Future, ms: int) -> None:

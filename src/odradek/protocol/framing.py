@@ -197,3 +197,38 @@ class FrameReader:
 def frame(payload_size: int) -> bytes:
     """The size prefix for a payload of the given size."""
     return _SIZE.pack(payload_size)
+
+
+COALESCE_BYTES = 64 * 1024
+_BUFFERS = (bytes, bytearray, memoryview)
+
+
+def coalesced(chunks: list) -> list:
+    """`chunks` with each run of small byte chunks (a size prefix, a header, a small body) joined
+    into one, so a message goes to the socket in one write instead of one system call per chunk.
+    Chunks of COALESCE_BYTES or more, and anything that is not a buffer (a record-set reference sent
+    with sendfile), stay as they are, in order; joining copies only what is small."""
+    out: list = []
+    run: list = []
+    run_bytes = 0
+    for c in chunks:
+        if isinstance(c, _BUFFERS):
+            n = c.nbytes if isinstance(c, memoryview) else len(c)
+            if n < COALESCE_BYTES:
+                if run_bytes + n > COALESCE_BYTES:
+                    out.append(_joined(run))
+                    run, run_bytes = [], 0
+                run.append(c)
+                run_bytes += n
+                continue
+        if run:
+            out.append(_joined(run))
+            run, run_bytes = [], 0
+        out.append(c)
+    if run:
+        out.append(_joined(run))
+    return out
+
+
+def _joined(run: list):
+    return run[0] if len(run) == 1 else b"".join(run)

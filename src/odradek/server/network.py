@@ -46,7 +46,7 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from odradek.protocol.framing import FrameReader, FrameTooLarge, frame
+from odradek.protocol.framing import FrameReader, FrameTooLarge, coalesced, frame
 from odradek.server.record_slices import native_sendfile
 
 log = logging.getLogger("odradek.network")
@@ -350,8 +350,7 @@ class Connection(asyncio.BufferedProtocol):
         for c in chunks:
             size += c.size if hasattr(c, "size") and not isinstance(c, (bytes, bytearray, memoryview)) else len(c)
         t = self.transport
-        t.write(frame(size))
-        for c in chunks:
+        for c in coalesced([frame(size), *chunks]):
             if isinstance(c, (bytes, bytearray, memoryview)):
                 t.write(c)
             else:
