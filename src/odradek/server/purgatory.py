@@ -17,6 +17,9 @@ from collections.abc import Hashable, Sequence
 class Purgatory:
     def __init__(self) -> None:
         self._waiters: dict[Hashable, set[asyncio.Future[Hashable]]] = defaultdict(set)
+        # The loop, held once known: asyncio.get_running_loop() costs a getpid() system call on
+        # every call (CPython 3.11), and a busy leader waits here thousands of times a second.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def notify(self, key: Hashable) -> None:
         waiters = self._waiters.pop(key, None)
@@ -29,15 +32,17 @@ class Purgatory:
         """Wait until one of keys is notified (True) or the timeout passes (False)."""
         if timeout_s <= 0:
             return False
-        fut: asyncio.Future[Hashable] = asyncio.get_running_loop().create_future()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Hashable] = loop.create_future()
         for k in keys:
             self._waiters[k].add(fut)
+        timer = loop.call_later(timeout_s, _expire, fut)
         try:
-            await asyncio.wait_for(fut, timeout_s)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            return await fut is not _EXPIRED
         finally:
+            timer.cancel()
             for k in keys:
                 s = self._waiters.get(k)
                 if s is not None:
@@ -47,3 +52,11 @@ class Purgatory:
 
     def waiting(self) -> int:
         return sum(len(s) for s in self._waiters.values())
+
+
+_EXPIRED = object()
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(_EXPIRED)
