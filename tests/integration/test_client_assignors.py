@@ -18,7 +18,7 @@ import time
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient
 
-from odradek.client import Consumer, Producer, TopicPartition
+from odradek.client import Admin, Consumer, Producer, TopicPartition
 from odradek.client.group_assignors import AssignorMetadata, GroupSpec, MemberAssignment
 from odradek.protocol.api import decode_response, encode_request
 from odradek.protocol.error_codes import ErrorCode
@@ -125,18 +125,25 @@ def test_client_assignor_alongside_server_assigned_members(broker):
             state, view = describe(admin, group)
             return state == "STABLE" and {k: len(v) for k, v in view.items()} == expected
 
+        async def assignor_named() -> str:
+            """The AssignorName ConsumerGroupDescribe gives: the assignor that computed the target."""
+            async with Admin({"bootstrap.servers": broker.bootstrap}) as ours_admin:
+                return (await ours_admin.describe_consumer_protocol_groups([group]))[group].assignor
+
         # 1. Client-side: weights 1 and 2 give 2 and 4 partitions (the server's assignors would give 3 and 3).
         await until(lambda: shares(*ours) == [2, 4] and broker_says({"ours-1": 2, "ours-2": 4}), "weighted 2/4")
         assert w1.runs + w2.runs >= 1
         computed = sum(c._membership.assignments_computed for c in ours)
         assert computed >= 1
         await until(lambda: w2.told == b"4" and w1.told == b"2", "each member told its share")
+        assert await assignor_named() == "weighted"
 
         # 2. librdkafka joins (no client assignors): the server-side assignor assigns everyone, 2 each.
         lib = ck.Consumer(_conf(broker.bootstrap, group, "librdkafka", **{"enable.auto.commit": True}))
         lib.subscribe([topic])
         await until(lambda: shares(*ours) == [2, 2] and broker_says({"ours-1": 2, "ours-2": 2, "librdkafka": 2}),
                     "server-assigned with librdkafka")
+        assert await assignor_named() == "uniform"
         lib.close()
         lib = None
         # 3. Back to the client-side assignor when it leaves.
@@ -148,6 +155,7 @@ def test_client_assignor_alongside_server_assigned_members(broker):
         plain.subscribe([topic])
         await until(lambda: shares(*ours, plain) == [2, 2, 2]
                     and broker_says({"ours-1": 2, "ours-2": 2, "ours-plain": 2}), "server-assigned with ours-plain")
+        assert await assignor_named() == "range"
         await plain.aclose()
         plain = None
         await until(lambda: shares(*ours) == [2, 4] and broker_says({"ours-1": 2, "ours-2": 4}), "weighted at last")

@@ -23,6 +23,8 @@ SESSION_MS = 6000
 BROKER_OVERRIDES = {
     "group.consumer.session.timeout.ms": SESSION_MS, "group.consumer.min.session.timeout.ms": 1000,
     "group.consumer.heartbeat.interval.ms": 500, "group.consumer.min.heartbeat.interval.ms": 100,
+    # A new topic reaches a regex subscription within min(10 s, this) of the last resolution.
+    "group.consumer.regex.refresh.interval.ms": 1000,
 }
 PARTITIONS = 6
 

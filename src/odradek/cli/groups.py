@@ -1,6 +1,6 @@
 """`odradek groups`: list, describe (with lag), reset offsets of and delete consumer groups (as
 kafka-consumer-groups.sh). A group of the consumer protocol (KIP-848) is described with its group
-epoch, target assignment epoch and server assignor, and each member's epoch, current and target
+epoch, target assignment epoch and the assignor that computed the target, and each member's epoch, current and target
 assignment (ConsumerGroupDescribe); a classic group with DescribeGroups.
 
     odradek groups list

@@ -268,7 +268,7 @@ class ConsumerGroupMember:
 
 @dataclass
 class ConsumerGroupDescription:
-    """A consumer-protocol group (KIP-848): epochs, the server assignor, members."""
+    """A consumer-protocol group (KIP-848): epochs, the assignor of the current target, members."""
     group_id: str
     state: str
     group_epoch: int

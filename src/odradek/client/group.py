@@ -7,7 +7,8 @@ and sleeps until `timeout_ms(now)`. What needs the application (revocation callb
 revoke, applying an assignment, fetching committed offsets) is an *application step* the consumer runs
 inside its poll, as Java's consumer runs rebalance callbacks inside poll(): `app_step()` gives a
 `PrepareStep` (before a JoinGroup: revoke or lose what must go) or an `AssignStep` (after SyncGroup),
-and the consumer answers `prepared(now)` or `applied(now)`.
+and the consumer answers `prepared(now)` or `applied(now)`. What it does as the consumer protocol's
+membership does (finding the coordinator, timers, offset commit errors) is in `group_member`.
 
 States and transitions (flags: `rejoin_needed`, `prepared`; "reset" = generation -1, member id kept
 after ILLEGAL_GENERATION, cleared after UNKNOWN_MEMBER_ID, and the owned partitions are lost):
@@ -44,15 +45,16 @@ revoked anything, asks for the follow-up rebalance that hands those partitions t
 
 from __future__ import annotations
 
-import enum
 import logging
 import struct
-from dataclasses import dataclass, field
-from typing import Any
 
 from odradek.client.assignors import Subscription, assignors_from_config
 from odradek.client.config import CONSUMER, ConfigDef, _any, _bool, _int, build
 from odradek.client.group_assignors import group_assignors_from_config
+from odradek.client.group_member import (  # noqa: F401 - the names the memberships' users import from here
+    COORDINATOR_GONE, JOINED, AssignStep, CommitFailedError, FencedInstanceIdError, MembershipBase,
+    PrepareStep, RebalanceInProgressError, Send, State,
+)
 from odradek.client.errors import BrokerResponseError, ConfigError, KafkaError
 from odradek.client.fetcher import TopicPartition
 from odradek.protocol.api import decode_record, encode_record
@@ -60,7 +62,6 @@ from odradek.protocol.error_codes import ErrorCode, for_code
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages import consumer_protocol_assignment as cpa
 from odradek.protocol.messages import consumer_protocol_subscription as cps
-from odradek.protocol.messages import find_coordinator as fc
 from odradek.protocol.messages import heartbeat as hb
 from odradek.protocol.messages import join_group as jg
 from odradek.protocol.messages import leave_group as lg
@@ -68,7 +69,7 @@ from odradek.protocol.messages import sync_group as sg
 
 log = logging.getLogger("odradek.client.group")
 
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 PROTOCOL_TYPE = "consumer"
 EAGER, COOPERATIVE = "eager", "cooperative"
@@ -116,58 +117,6 @@ def consumer_group_config(config: dict | None = None, **kwargs) -> dict:
     return out
 
 
-class CommitFailedError(KafkaError):
-    """The group rebalanced before the commit; the partitions may belong to another member now."""
-
-
-class RebalanceInProgressError(KafkaError):
-    """A commit while the group is rebalancing; poll (to finish the rebalance) and commit again."""
-
-    retriable = True
-
-
-class FencedInstanceIdError(KafkaError):
-    """Another consumer joined with this group.instance.id; this one is fenced (fatal)."""
-
-    code = ErrorCode.FENCED_INSTANCE_ID
-
-
-class State(enum.Enum):
-    UNSUBSCRIBED = "unsubscribed"
-    UNJOINED = "unjoined"
-    JOINING = "joining"
-    ASSIGNING = "assigning"
-    SYNCING = "syncing"
-    ASSIGNED = "assigned"
-    STABLE = "stable"
-    FATAL = "fatal"
-    CLOSED = "closed"
-
-
-@dataclass(slots=True)
-class Send:
-    """A request for the runtime to send: FindCoordinator to any broker, the rest to the coordinator."""
-    kind: str                 # find, join, sync, heartbeat, leave
-    api_key: int
-    body: Any
-    timeout_ms: int | None = None
-    epoch: int = 0            # Membership._epoch when made: answers to older epochs are ignored
-    generation: int = -1
-
-
-@dataclass(slots=True)
-class PrepareStep:
-    revoked: set[TopicPartition] = field(default_factory=set)   # commit (auto commit), then revoke
-    lost: set[TopicPartition] = field(default_factory=set)      # already someone else's: no commit
-
-
-@dataclass(slots=True)
-class AssignStep:
-    assigned: list[TopicPartition]                              # the whole new assignment
-    added: set[TopicPartition]
-    revoked: set[TopicPartition]                                # cooperative only
-
-
 # ------------------------------------------------------------------------------------ consumer protocol
 def encode_subscription(topics, owned=(), generation_id: int = -1, rack_id: str | None = None,
                         user_data: bytes | None = None) -> bytes:
@@ -209,60 +158,38 @@ def decode_assignment(data) -> list[TopicPartition]:
 
 
 # ------------------------------------------------------------------------------------ the machine
-_COORDINATOR_GONE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
 _FATAL_JOIN = frozenset({ErrorCode.INCONSISTENT_GROUP_PROTOCOL, ErrorCode.INVALID_SESSION_TIMEOUT,
                          ErrorCode.INVALID_GROUP_ID, ErrorCode.GROUP_AUTHORIZATION_FAILED,
                          ErrorCode.GROUP_MAX_SIZE_REACHED, ErrorCode.UNSUPPORTED_VERSION})
 _RESET = frozenset({ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID})
-_JOINED = (State.ASSIGNED, State.STABLE)
 
 
-class Membership:
+class Membership(MembershipBase):
+    COORDINATOR_KINDS = ("join", "sync", "heartbeat")
+    UNJOINED_ON_LOSS = (State.JOINING, State.ASSIGNING, State.SYNCING)
+    NOT_A_MEMBER = "this consumer is not part of an active generation of {group!r}"
+
     def __init__(self, config: dict, now_ms: float) -> None:
+        super().__init__(config, now_ms)
         c = config
-        self.group_id: str = c["group.id"]
-        self.instance_id: str | None = c["group.instance.id"]
         self.session_timeout_ms: int = c["session.timeout.ms"]
         self.heartbeat_interval_ms: int = c["heartbeat.interval.ms"]
-        self.rebalance_timeout_ms: int = c["max.poll.interval.ms"]
-        self.request_timeout_ms: int = c["request.timeout.ms"]
-        self.retry_backoff_ms: int = c["retry.backoff.ms"]
-        self.rack_id: str | None = c.get("client.rack") or None
         self.assignors = assignors_from_config(c["partition.assignment.strategy"])
         self.protocol = COOPERATIVE if all(a.supports_cooperative for a in self.assignors) else EAGER
-        self.state = State.UNSUBSCRIBED
-        self.topics: frozenset[str] = frozenset()
-        self.topics_known = True                         # False until a pattern is first resolved
         self.member_id = ""
         self.generation = -1
         self.protocol_name: str | None = None
         self.leader_id = ""
-        self.owned: set[TopicPartition] = set()          # what the application holds now
-        self.coordinator: tuple[int, str, int] | None = None
-        self.coordinator_wanted = False                  # commits outside a subscription need one too
         self.rejoin_needed = False
         self.rejoin_reason = ""
         self.prepared = False
-        self.lost_pending = False                        # owned partitions must be reported lost
-        self.fatal: KafkaError | None = None
-        self.polling = 0                                 # the application is inside poll
-        self.last_poll_ms = now_ms
         self.members: dict[str, Subscription] = {}       # the leader's view of the members
         self.assignment_snapshot: dict[str, int] | None = None   # counts the leader assigned from
         self.pending_assignment: list[TopicPartition] | None = None
-        self.in_flight: dict[str, Send] = {}
-        self._outbox: list[Send] = []
-        self._epoch = 0
-        self._find_at = 0.0
         self._join_at = 0.0
-        self._heartbeat_at = 0.0
         self._heartbeat_ok_ms = now_ms
 
     # ------------------------------------------------------------------------------------ application
-    @property
-    def subscribed(self) -> bool:
-        return self.state not in (State.UNSUBSCRIBED, State.CLOSED)
-
     def subscribe(self, topics, now_ms: float) -> None:
         topics = frozenset(topics)
         if self.state is State.UNSUBSCRIBED:
@@ -273,24 +200,9 @@ class Membership:
         self.topics = topics
 
     def unsubscribe(self, now_ms: float) -> Send | None:
-        """Leave the group (dynamic members); the caller revokes what it owns."""
-        send = self._leave_request("the consumer unsubscribed from all topics")
-        self._reset(member_id=True)
-        self.owned.clear()
-        self.lost_pending = False
-        self.state = State.UNSUBSCRIBED
-        self.topics = frozenset()
+        send = super().unsubscribe(now_ms)
         self.rejoin_needed = False
         return send
-
-    def leave(self, now_ms: float) -> Send | None:
-        """Closing: the LeaveGroup to send (dynamic members only)."""
-        send = self._leave_request("the consumer is being closed")
-        self.state = State.CLOSED
-        return send
-
-    def poll(self, now_ms: float) -> None:
-        self.last_poll_ms = now_ms
 
     def request_rejoin(self, reason: str) -> None:
         if self.state in (State.UNSUBSCRIBED, State.CLOSED, State.FATAL):
@@ -316,8 +228,7 @@ class Membership:
         return None
 
     def prepared_done(self, step: PrepareStep, now_ms: float) -> None:
-        self.owned -= step.revoked | step.lost
-        self.lost_pending = False
+        super().prepared_done(step, now_ms)
         self.prepared = True
 
     def applied(self, step: AssignStep, now_ms: float) -> None:
@@ -333,70 +244,36 @@ class Membership:
     def _need_join(self) -> bool:
         return self.state is State.UNJOINED or (self.state is State.STABLE and self.rejoin_needed)
 
-    def _wants_coordinator(self) -> bool:
-        return self.subscribed and self.state is not State.FATAL or self.coordinator_wanted
-
-    def actions(self, now_ms: float) -> list[Send]:
-        """Requests to send now (timers checked first)."""
-        out, self._outbox = self._outbox, []
-        if self.state in (State.FATAL, State.CLOSED):
-            return out
-        self._check_timers(now_ms)
-        out += self._outbox
-        self._outbox = []
-        if self.coordinator is None:
-            if self._wants_coordinator() and "find" not in self.in_flight and now_ms >= self._find_at:
-                out.append(self._track(Send("find", FIND_COORDINATOR, fc.FindCoordinatorRequest(
-                    key=self.group_id, key_type=0, coordinator_keys=[self.group_id]))))
-            return out
+    def _group_request(self, now_ms: float) -> Send | None:
         if (self._need_join() and self.prepared and self.topics_known and now_ms >= self._join_at
                 and "join" not in self.in_flight and "sync" not in self.in_flight):
-            out.append(self._join_request())
-        elif (self.state in _JOINED and "heartbeat" not in self.in_flight and now_ms >= self._heartbeat_at):
+            return self._join_request()
+        if self.state in JOINED and "heartbeat" not in self.in_flight and now_ms >= self._heartbeat_at:
             self._heartbeat_at = now_ms + self.heartbeat_interval_ms
-            out.append(self._track(Send("heartbeat", HEARTBEAT, hb.HeartbeatRequest(
+            return self._track(Send("heartbeat", HEARTBEAT, hb.HeartbeatRequest(
                 group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-                group_instance_id=self.instance_id), generation=self.generation)))
-        return out
+                group_instance_id=self.instance_id), generation=self.generation))
+        return None
 
     def _check_timers(self, now_ms: float) -> None:
-        if self.state not in _JOINED:
-            return
-        if not self.polling and now_ms - self.last_poll_ms > self.rebalance_timeout_ms:
-            log.warning("group %s: no poll for more than max.poll.interval.ms (%d ms): leaving the group",
-                        self.group_id, self.rebalance_timeout_ms)
-            send = self._leave_request("consumer poll timeout has expired")
-            if send is not None:
-                self._outbox.append(send)
-            self._reset(member_id=True)
-            return
-        if self.coordinator is not None and now_ms - self._heartbeat_ok_ms > self.session_timeout_ms:
+        if self.state in JOINED and not self._poll_interval_passed(now_ms) and self.coordinator is not None \
+                and now_ms - self._heartbeat_ok_ms > self.session_timeout_ms:
             self.coordinator_lost(now_ms, "no heartbeat answer within session.timeout.ms")
 
-    def timeout_ms(self, now_ms: float) -> float | None:
-        """How long until `actions` may have something new to do (None: only after an event)."""
-        if self.state in (State.FATAL, State.CLOSED):
-            return None
+    def _out_of_group(self, lost: bool) -> None:
+        self._reset(member_id=True)
+
+    def _due_times(self) -> list[float]:
         times = []
-        if self.coordinator is None:
-            if self._wants_coordinator() and "find" not in self.in_flight:
-                times.append(self._find_at)
-        elif self._need_join() and self.prepared and self.topics_known:
+        if self.coordinator is not None and self._need_join() and self.prepared and self.topics_known:
             times.append(self._join_at)
-        if self.state in _JOINED:
+        if self.state in JOINED:
             if "heartbeat" not in self.in_flight:
                 times.append(self._heartbeat_at)
             times.append(self._heartbeat_ok_ms + self.session_timeout_ms + 1)
-            if not self.polling:
-                times.append(self.last_poll_ms + self.rebalance_timeout_ms + 1)
-        return max(0.0, min(times) - now_ms) if times else None
+        return times
 
     # ------------------------------------------------------------------------------------ requests
-    def _track(self, send: Send) -> Send:
-        send.epoch = self._epoch
-        self.in_flight[send.kind] = send
-        return send
-
     def _join_request(self) -> Send:
         metadata = encode_subscription(self.topics, self.owned, self.generation, self.rack_id)
         body = jg.JoinGroupRequest(
@@ -410,7 +287,8 @@ class Membership:
         return self._track(Send("join", JOIN_GROUP, body, max(self.request_timeout_ms,
                                                               self.rebalance_timeout_ms + JOIN_TIMEOUT_LAPSE_MS)))
 
-    def _leave_request(self, reason: str) -> Send | None:
+    def _leave_request(self, reason: str, closing: bool = False) -> Send | None:
+        """LeaveGroup (dynamic members only)."""
         if self.instance_id is not None or self.coordinator is None or not self.member_id:
             return None
         if self.state in (State.UNSUBSCRIBED, State.CLOSED, State.FATAL):
@@ -420,38 +298,8 @@ class Membership:
             members=[lg.MemberIdentity(member_id=self.member_id, reason=reason)]), epoch=self._epoch)
 
     # ------------------------------------------------------------------------------------ answers
-    def on_failure(self, send: Send, exc: BaseException, now_ms: float) -> None:
-        """The request was not answered (connection lost, timed out, no broker)."""
-        if self.in_flight.get(send.kind) is send:
-            del self.in_flight[send.kind]
-        if send.kind == "find":
-            self._find_at = now_ms + self.retry_backoff_ms
-        elif send.epoch == self._epoch and send.kind in ("join", "sync", "heartbeat"):
-            self.coordinator_lost(now_ms, f"{send.kind} failed: {exc}")
-
-    def on_response(self, send: Send, response, now_ms: float) -> None:
-        if self.in_flight.get(send.kind) is send:
-            del self.in_flight[send.kind]
-        if send.kind == "leave":
-            return
-        handler = getattr(self, f"_on_{send.kind}")
-        if send.kind == "find" or send.epoch == self._epoch:
-            handler(send, response, now_ms)
-
-    def _on_find(self, send: Send, r, now_ms: float) -> None:
-        c = r.coordinators[0] if getattr(r, "coordinators", None) else r
-        if c.error_code == 0:
-            self.coordinator = (c.node_id, c.host, c.port)
-            self._epoch += 1
-            self._heartbeat_ok_ms = now_ms
-            self._heartbeat_at = now_ms
-            log.info("group %s: coordinator is broker %d at %s:%d", self.group_id, c.node_id, c.host, c.port)
-            return
-        self._find_at = now_ms + self.retry_backoff_ms
-        if c.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
-            self.fail(BrokerResponseError(c.error_code, f"FindCoordinator for group {self.group_id!r}"))
-        else:
-            log.info("group %s: FindCoordinator: %s", self.group_id, for_code(c.error_code).name)
+    def _coordinator_found(self, now_ms: float) -> None:
+        self._heartbeat_ok_ms = now_ms
 
     def _on_join(self, send: Send, r, now_ms: float) -> None:
         code = r.error_code
@@ -478,11 +326,10 @@ class Membership:
             self.member_id = r.member_id            # and join again at once
         elif code == ErrorCode.UNKNOWN_MEMBER_ID:
             self._reset(member_id=True)
-        elif code in _COORDINATOR_GONE:
+        elif code in COORDINATOR_GONE:
             self.coordinator_lost(now_ms, for_code(code).name)
         elif code == ErrorCode.FENCED_INSTANCE_ID:
-            self.fail(FencedInstanceIdError(f"group {self.group_id!r}: group.instance.id "
-                                             f"{self.instance_id!r} is in use by another consumer"))
+            self._fence_instance()
         elif code in _FATAL_JOIN or not for_code(code).retriable and code not in (
                 ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
             self.fail(BrokerResponseError(code, f"JoinGroup for group {self.group_id!r}"))
@@ -540,31 +387,30 @@ class Membership:
             return
         self.state = State.UNJOINED
         self._group_error(code, "SyncGroup", now_ms)
-        if self.state is State.UNJOINED and code not in _RESET | _COORDINATOR_GONE:
+        if self.state is State.UNJOINED and code not in _RESET | COORDINATOR_GONE:
             self._join_at = now_ms + (0 if code == ErrorCode.REBALANCE_IN_PROGRESS else self.retry_backoff_ms)
 
     def _on_heartbeat(self, send: Send, r, now_ms: float) -> None:
         code = r.error_code
         if code == 0 or code == ErrorCode.REBALANCE_IN_PROGRESS:
             self._heartbeat_ok_ms = now_ms
-        if code == 0 or send.generation != self.generation or self.state not in _JOINED:
+        if code == 0 or send.generation != self.generation or self.state not in JOINED:
             return
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin("the group is rebalancing")
         else:
             self._group_error(code, "Heartbeat", now_ms)
-            if code not in _RESET | _COORDINATOR_GONE | {ErrorCode.FENCED_INSTANCE_ID}:
+            if code not in _RESET | COORDINATOR_GONE | {ErrorCode.FENCED_INSTANCE_ID}:
                 self._heartbeat_at = now_ms + self.retry_backoff_ms
 
     def _group_error(self, code: int, what: str, now_ms: float) -> None:
         if code in _RESET:
             log.info("group %s: %s: %s: rejoining", self.group_id, what, for_code(code).name)
             self._reset(member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
-        elif code in _COORDINATOR_GONE:
+        elif code in COORDINATOR_GONE:
             self.coordinator_lost(now_ms, f"{what}: {for_code(code).name}")
         elif code == ErrorCode.FENCED_INSTANCE_ID:
-            self.fail(FencedInstanceIdError(f"group {self.group_id!r}: group.instance.id "
-                                             f"{self.instance_id!r} is in use by another consumer"))
+            self._fence_instance()
         elif code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin("the group is rebalancing")
         elif code in (ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.INCONSISTENT_GROUP_PROTOCOL):
@@ -573,17 +419,6 @@ class Membership:
             log.warning("group %s: %s: %s", self.group_id, what, for_code(code).name)
 
     # ------------------------------------------------------------------------------------ state changes
-    def coordinator_lost(self, now_ms: float, reason: str) -> None:
-        if self.coordinator is not None:
-            log.info("group %s: coordinator %s unavailable: %s", self.group_id, self.coordinator, reason)
-        self.coordinator = None
-        self._epoch += 1
-        self._find_at = max(self._find_at, now_ms)
-        for kind in ("join", "sync", "heartbeat"):
-            self.in_flight.pop(kind, None)
-        if self.state in (State.JOINING, State.ASSIGNING, State.SYNCING):
-            self.state = State.UNJOINED
-
     def _reset(self, member_id: bool) -> None:
         """Out of the generation: rejoin, and the partitions held now are lost."""
         self.generation = -1
@@ -601,15 +436,10 @@ class Membership:
             if not self.prepared:
                 self._join_at = 0.0
 
-    def fail(self, error: KafkaError) -> None:
-        log.error("group %s: %s", self.group_id, error)
-        self.fatal = error
-        self.state = State.FATAL
-
     def metadata_changed(self, partition_counts: dict[str, int]) -> None:
         """The leader rebalances when a topic it assigned from changes its partition count."""
         snap = self.assignment_snapshot
-        if snap is None or self.leader_id != self.member_id or self.state not in _JOINED:
+        if snap is None or self.leader_id != self.member_id or self.state not in JOINED:
             return
         if any(partition_counts.get(t, n) != n for t, n in snap.items()) or any(
                 t not in snap and n > 0 for t, n in partition_counts.items()
@@ -618,26 +448,10 @@ class Membership:
             self.request_rejoin("the partitions of a subscribed topic changed")
 
     # ------------------------------------------------------------------------------------ offsets
-    def commit_generation(self) -> tuple[int, str]:
-        """(generation, member id) to commit with; -1 and "" without a subscription (assign())."""
-        if self.state in (State.UNSUBSCRIBED, State.CLOSED):
-            return -1, ""
-        if self.state is State.FATAL:
-            raise self.fatal
-        if self.state in _JOINED:
-            return self.generation, self.member_id
-        if self.state in (State.JOINING, State.ASSIGNING, State.SYNCING) or self.generation >= 0:
-            raise RebalanceInProgressError(f"group {self.group_id!r} is rebalancing: commit after the next poll")
-        raise CommitFailedError(f"this consumer is not part of an active generation of {self.group_id!r}")
+    def _rebalancing(self) -> bool:
+        return self.state in (State.JOINING, State.ASSIGNING, State.SYNCING) or self.generation >= 0
 
-    def commit_error(self, code: int, now_ms: float) -> KafkaError | None:
-        """The error to raise for a partition's OffsetCommit error code; None: retry (after a backoff,
-        and rediscovery when the coordinator moved)."""
-        if code in _COORDINATOR_GONE or code == ErrorCode.REQUEST_TIMED_OUT:
-            self.coordinator_lost(now_ms, f"OffsetCommit: {for_code(code).name}")
-            return None
-        if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-            return None
+    def _commit_group_error(self, code: int) -> KafkaError | None:
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             self.request_rejoin("a commit found the group rebalancing")
             return RebalanceInProgressError(f"group {self.group_id!r} is rebalancing: commit after the next poll")
@@ -646,20 +460,7 @@ class Membership:
                 self._reset(member_id=code == ErrorCode.UNKNOWN_MEMBER_ID)
             return CommitFailedError(f"commit failed: {for_code(code).name}: the group rebalanced and the "
                                      f"partitions may belong to another member", code)
-        if code == ErrorCode.FENCED_INSTANCE_ID:
-            self.fail(FencedInstanceIdError(f"group {self.group_id!r}: group.instance.id {self.instance_id!r} "
-                                             f"is in use by another consumer"))
-            return self.fatal
-        return BrokerResponseError(code, f"OffsetCommit for group {self.group_id!r}")
-
-    def fetch_error(self, code: int, now_ms: float) -> KafkaError | None:
-        """As commit_error, for OffsetFetch (group or partition level)."""
-        if code in _COORDINATOR_GONE:
-            self.coordinator_lost(now_ms, f"OffsetFetch: {for_code(code).name}")
-            return None
-        if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT):
-            return None
-        return BrokerResponseError(code, f"OffsetFetch for group {self.group_id!r}")
+        return None
 
 
 def _check_cooperative(members: dict[str, Subscription], result: dict[str, list[TopicPartition]]) -> None:

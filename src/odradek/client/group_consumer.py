@@ -1,6 +1,7 @@
 """The consumer group protocol's membership (`group.protocol=consumer`; seed 002, KIP-848: the member
 heartbeats, the coordinator assigns), sans I/O, with the interface of the classic `group.Membership`
-so the same runtime (`group_runtime.GroupRuntime`) and the same poll steps (`consumer_group`) drive it.
+so the same runtime (`group_runtime.GroupRuntime`) and the same poll steps (`consumer_group`) drive it;
+what the two do alike (coordinator, timers, offset errors) is in `group_member.MembershipBase`.
 
 The member generates its member id (a random UUID, ConsumerGroupHeartbeat v1) and sends:
 
@@ -47,26 +48,23 @@ from typing import Callable
 from odradek.client import group_assignors as ga
 from odradek.client.errors import BrokerResponseError, KafkaError
 from odradek.client.fetcher import TopicPartition
-from odradek.client.group import (
-    COOPERATIVE, FIND_COORDINATOR, AssignStep, CommitFailedError, FencedInstanceIdError, PrepareStep,
-    RebalanceInProgressError, Send, State,
+from odradek.client.group import COOPERATIVE
+from odradek.client.group_member import (
+    COORDINATOR_GONE, JOINED, AssignStep, CommitFailedError, MembershipBase, PrepareStep, Send, State,
 )
 from odradek.protocol.error_codes import ErrorCode, for_code
 from odradek.protocol.extensions import CONSUMER_GROUP_INSTALL_ASSIGNMENT, CONSUMER_GROUP_PREPARE_ASSIGNMENT
 from odradek.protocol.messages import consumer_group_heartbeat as cgh
 from odradek.protocol.messages import consumer_group_install_assignment as cgi
 from odradek.protocol.messages import consumer_group_prepare_assignment as cgp
-from odradek.protocol.messages import find_coordinator as fc
 
 log = logging.getLogger("odradek.client.group")
 
 CONSUMER_GROUP_HEARTBEAT = 68
 LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
-_COORDINATOR_GONE = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
 _FENCED = frozenset({ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID})
 _RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNRELEASED_INSTANCE_ID,
                     ErrorCode.REQUEST_TIMED_OUT})
-_JOINED = (State.ASSIGNED, State.STABLE)
 
 
 def new_member_id() -> str:
@@ -74,60 +72,38 @@ def new_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-class ConsumerMembership:
+class ConsumerMembership(MembershipBase):
     protocol = COOPERATIVE          # partitions move one at a time: only what is revoked is given up
     assignment_snapshot = None      # the coordinator watches the metadata, not the member
     leader_id = ""                  # nobody leads: the coordinator assigns
+    COMMIT_RETRIABLE = MembershipBase.COMMIT_RETRIABLE | {ErrorCode.STALE_MEMBER_EPOCH}
+    FETCH_RETRIABLE = MembershipBase.FETCH_RETRIABLE | {ErrorCode.STALE_MEMBER_EPOCH}
 
     def __init__(self, config: dict, now_ms: float, topic_name: Callable[[uuid.UUID], str | None]) -> None:
+        super().__init__(config, now_ms)
         c = config
-        self.group_id: str = c["group.id"]
-        self.instance_id: str | None = c["group.instance.id"]
-        self.rebalance_timeout_ms: int = c["max.poll.interval.ms"]
-        self.request_timeout_ms: int = c["request.timeout.ms"]
-        self.retry_backoff_ms: int = c["retry.backoff.ms"]
         self.server_assignor: str | None = c.get("group.remote.assignor") or None
-        self.rack_id: str | None = c.get("client.rack") or None
         self.local_assignors: list = ga.group_assignors_from_config(c.get("group.local.assignors"))
         self._sent_assignors: tuple | None = None      # the ClientAssignors the coordinator has
         self._assignors_in_flight: tuple | None = None
         self.assignments_computed = 0                   # installs this member made (tests, logs)
         self.topic_name = topic_name
-        self.state = State.UNSUBSCRIBED
-        self.topics: frozenset[str] = frozenset()
-        self.topics_known = True
         self.pattern: re.Pattern | None = None
         self.member_id = new_member_id()
         self.member_epoch = 0
         self.heartbeat_interval_ms = 3000               # until the coordinator says otherwise
-        self.owned: set[TopicPartition] = set()
         self.target: set[TopicPartition] | None = None  # an assignment not yet applied by the application
         self.unresolved: dict[uuid.UUID, list[int]] = {}
         self._latest: dict[uuid.UUID, list[int]] = {}   # the coordinator's last assignment, by topic id
-        self.coordinator: tuple[int, str, int] | None = None
-        self.coordinator_wanted = False
-        self.lost_pending = False
-        self.fatal: KafkaError | None = None
-        self.polling = 0
-        self.last_poll_ms = now_ms
-        self.in_flight: dict[str, Send] = {}
-        self._outbox: list[Send] = []
         self._sent_subscription: tuple | None = None   # (names, regex) the coordinator has
         self._subscription_in_flight: tuple | None = None
         self._known_ids: dict[str, uuid.UUID] = {}      # topic name -> id, from assignments
-        self._epoch = 0                                 # of coordinator sessions: stale answers are dropped
-        self._find_at = 0.0
-        self._heartbeat_at = 0.0
         self._refreshed = False
 
     # ------------------------------------------------------------------------------------ application
     @property
-    def subscribed(self) -> bool:
-        return self.state not in (State.UNSUBSCRIBED, State.CLOSED)
-
-    @property
     def generation(self) -> int:
-        return self.member_epoch if self.state in _JOINED else -1
+        return self.member_epoch if self.state in JOINED else -1
 
     def subscribe(self, topics, now_ms: float) -> None:
         self.topics = frozenset(topics)
@@ -138,23 +114,6 @@ class ConsumerMembership:
 
     def set_pattern(self, pattern: re.Pattern | None) -> None:
         self.pattern = pattern
-
-    def unsubscribe(self, now_ms: float) -> Send | None:
-        send = self._leave_request(LEAVE_EPOCH)
-        self._fenced(lost=False)
-        self.owned.clear()
-        self.lost_pending = False
-        self.state = State.UNSUBSCRIBED
-        self.topics = frozenset()
-        return send
-
-    def leave(self, now_ms: float) -> Send | None:
-        send = self._leave_request(STATIC_LEAVE_EPOCH if self.instance_id is not None else LEAVE_EPOCH)
-        self.state = State.CLOSED
-        return send
-
-    def poll(self, now_ms: float) -> None:
-        self.last_poll_ms = now_ms
 
     def request_rejoin(self, reason: str) -> None:
         self._heartbeat_at = 0.0
@@ -167,10 +126,6 @@ class ConsumerMembership:
             return AssignStep(sorted(new), new - self.owned, self.owned - new)
         return None
 
-    def prepared_done(self, step: PrepareStep, now_ms: float) -> None:
-        self.owned -= step.revoked | step.lost
-        self.lost_pending = False
-
     def applied(self, step: AssignStep, now_ms: float) -> None:
         self.owned = set(step.assigned)
         if self.target is not None and set(step.assigned) == self.target:
@@ -181,55 +136,18 @@ class ConsumerMembership:
         log.info("group %s epoch %d: now owns %s", self.group_id, self.member_epoch, sorted(self.owned))
 
     # ------------------------------------------------------------------------------------ timers
-    def _wants_coordinator(self) -> bool:
-        return (self.subscribed and self.state is not State.FATAL) or self.coordinator_wanted
-
-    def actions(self, now_ms: float) -> list[Send]:
-        out, self._outbox = self._outbox, []
-        if self.state in (State.FATAL, State.CLOSED):
-            return out
-        self._check_poll_interval(now_ms)
-        out += self._outbox
-        self._outbox = []
-        if self.coordinator is None:
-            if self._wants_coordinator() and "find" not in self.in_flight and now_ms >= self._find_at:
-                out.append(self._track(Send("find", FIND_COORDINATOR, fc.FindCoordinatorRequest(
-                    key=self.group_id, key_type=0, coordinator_keys=[self.group_id]))))
-            return out
+    def _group_request(self, now_ms: float) -> Send | None:
         if self.subscribed and self.topics_known and "heartbeat" not in self.in_flight \
                 and now_ms >= self._heartbeat_at and not (self.state is State.UNJOINED and self.lost_pending):
-            out.append(self._heartbeat_request(now_ms))
-        return out
+            return self._heartbeat_request(now_ms)
+        return None
 
-    def _check_poll_interval(self, now_ms: float) -> None:
-        if self.state not in _JOINED or self.polling or now_ms - self.last_poll_ms <= self.rebalance_timeout_ms:
-            return
-        log.warning("group %s: no poll for more than max.poll.interval.ms (%d ms): leaving the group",
-                    self.group_id, self.rebalance_timeout_ms)
-        send = self._leave_request(LEAVE_EPOCH)
-        if send is not None:
-            self._outbox.append(send)
-        self._fenced(lost=True)
-
-    def timeout_ms(self, now_ms: float) -> float | None:
-        if self.state in (State.FATAL, State.CLOSED):
-            return None
-        times = []
-        if self.coordinator is None:
-            if self._wants_coordinator() and "find" not in self.in_flight:
-                times.append(self._find_at)
-        elif self.subscribed and "heartbeat" not in self.in_flight:
-            times.append(self._heartbeat_at)
-        if self.state in _JOINED and not self.polling:
-            times.append(self.last_poll_ms + self.rebalance_timeout_ms + 1)
-        return max(0.0, min(times) - now_ms) if times else None
+    def _due_times(self) -> list[float]:
+        if self.coordinator is not None and self.subscribed and "heartbeat" not in self.in_flight:
+            return [self._heartbeat_at]
+        return []
 
     # ------------------------------------------------------------------------------------ requests
-    def _track(self, send: Send) -> Send:
-        send.epoch = self._epoch
-        self.in_flight[send.kind] = send
-        return send
-
     def _subscription(self) -> tuple:
         if self.pattern is not None:
             return (None, self.pattern.pattern)
@@ -279,7 +197,9 @@ class ConsumerMembership:
         return [cgh.TopicPartitions(topic_id=t, partitions=sorted(ps))
                 for t, ps in sorted(by_id.items(), key=lambda kv: str(kv[0]))]
 
-    def _leave_request(self, epoch: int) -> Send | None:
+    def _leave_request(self, reason: str, closing: bool = False) -> Send | None:
+        """A heartbeat with epoch -1, or -2 for a static member that closes (it keeps its partitions)."""
+        epoch = STATIC_LEAVE_EPOCH if closing and self.instance_id is not None else LEAVE_EPOCH
         if self.coordinator is None or self.member_epoch <= 0 \
                 or self.state in (State.UNSUBSCRIBED, State.CLOSED, State.FATAL):
             return None
@@ -288,38 +208,6 @@ class ConsumerMembership:
             epoch=self._epoch)
 
     # ------------------------------------------------------------------------------------ answers
-    def on_failure(self, send: Send, exc: BaseException, now_ms: float) -> None:
-        if self.in_flight.get(send.kind) is send:
-            del self.in_flight[send.kind]
-        if send.kind == "find":
-            self._find_at = now_ms + self.retry_backoff_ms
-        elif send.kind == "heartbeat" and send.epoch == self._epoch:
-            self.coordinator_lost(now_ms, f"heartbeat failed: {exc}")
-
-    def on_response(self, send: Send, response, now_ms: float) -> None:
-        if self.in_flight.get(send.kind) is send:
-            del self.in_flight[send.kind]
-        if send.kind == "find":
-            self._on_find(response, now_ms)
-        elif send.kind == "heartbeat" and send.epoch == self._epoch:
-            self._on_heartbeat(send, response, now_ms)
-        elif send.kind == "prepare" and send.epoch == self._epoch:
-            self._on_prepare(response)
-        elif send.kind == "install" and send.epoch == self._epoch:
-            self._on_install(send, response)
-
-    def _on_find(self, r, now_ms: float) -> None:
-        c = r.coordinators[0] if getattr(r, "coordinators", None) else r
-        if c.error_code == 0:
-            self.coordinator = (c.node_id, c.host, c.port)
-            self._epoch += 1
-            self._heartbeat_at = now_ms
-            log.info("group %s: coordinator is broker %d at %s:%d", self.group_id, c.node_id, c.host, c.port)
-            return
-        self._find_at = now_ms + self.retry_backoff_ms
-        if c.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
-            self.fail(BrokerResponseError(c.error_code, f"FindCoordinator for group {self.group_id!r}"))
-
     def _on_heartbeat(self, send: Send, r, now_ms: float) -> None:
         code = r.error_code
         if code != 0:
@@ -366,7 +254,7 @@ class ConsumerMembership:
                 except Exception as e:  # noqa: BLE001 - the application's callback; the group goes on
                     log.warning("group %s: %s.on_assignment failed: %r", self.group_id, a.name, e)
 
-    def _on_prepare(self, r: cgp.ConsumerGroupPrepareAssignmentResponse) -> None:
+    def _on_prepare(self, send: Send, r: cgp.ConsumerGroupPrepareAssignmentResponse, now_ms: float) -> None:
         if r.error_code != 0:
             log.info("group %s: ConsumerGroupPrepareAssignment: %s: %s", self.group_id, for_code(r.error_code).name,
                      r.error_message)
@@ -410,7 +298,7 @@ class ConsumerMembership:
                                                  member_epoch=self.member_epoch, group_epoch=r.group_epoch,
                                                  error=error, members=members), self.request_timeout_ms)))
 
-    def _on_install(self, send: Send, r: cgi.ConsumerGroupInstallAssignmentResponse) -> None:
+    def _on_install(self, send: Send, r: cgi.ConsumerGroupInstallAssignmentResponse, now_ms: float) -> None:
         if r.error_code != 0:
             log.info("group %s: ConsumerGroupInstallAssignment: %s: %s", self.group_id, for_code(r.error_code).name,
                      r.error_message)
@@ -441,8 +329,8 @@ class ConsumerMembership:
         what = f"ConsumerGroupHeartbeat: {for_code(code).name}: {message or ''}"
         if code in _FENCED:
             log.info("group %s: %s; the partitions are lost, joining again", self.group_id, what)
-            self._fenced(lost=True)
-        elif code in _COORDINATOR_GONE:
+            self._out_of_group(lost=True)
+        elif code in COORDINATOR_GONE:
             self.coordinator_lost(now_ms, what)
         elif code in _RETRY:
             log.info("group %s: %s; retrying", self.group_id, what)
@@ -450,21 +338,12 @@ class ConsumerMembership:
             if self.state is State.JOINING:
                 self.state = State.UNJOINED
         elif code == ErrorCode.FENCED_INSTANCE_ID:
-            self.fail(FencedInstanceIdError(f"group {self.group_id!r}: group.instance.id {self.instance_id!r} "
-                                             f"is in use by another consumer"))
+            self._fence_instance()
         else:
             self.fail(BrokerResponseError(code, f"ConsumerGroupHeartbeat for group {self.group_id!r}: {message}"))
 
     # ------------------------------------------------------------------------------------ state changes
-    def coordinator_lost(self, now_ms: float, reason: str) -> None:
-        if self.coordinator is not None:
-            log.info("group %s: coordinator %s unavailable: %s", self.group_id, self.coordinator, reason)
-        self.coordinator = None
-        self._epoch += 1
-        self._find_at = max(self._find_at, now_ms)
-        self.in_flight.pop("heartbeat", None)
-
-    def _fenced(self, lost: bool) -> None:
+    def _out_of_group(self, lost: bool) -> None:
         """Out of the group: join again with epoch 0 (the same member id); what is owned is lost."""
         self.member_epoch = 0
         self.target = None
@@ -480,11 +359,6 @@ class ConsumerMembership:
         if self.state not in (State.UNSUBSCRIBED, State.CLOSED, State.FATAL):
             self.state = State.UNJOINED
 
-    def fail(self, error: KafkaError) -> None:
-        log.error("group %s: %s", self.group_id, error)
-        self.fatal = error
-        self.state = State.FATAL
-
     def metadata_changed(self, partition_counts: dict[str, int]) -> None:
         """The coordinator watches the metadata of the subscribed topics."""
 
@@ -499,39 +373,11 @@ class ConsumerMembership:
             self._new_assignment(self._latest)
 
     # ------------------------------------------------------------------------------------ offsets
-    def commit_generation(self) -> tuple[int, str]:
-        if self.state in (State.UNSUBSCRIBED, State.CLOSED):
-            return -1, ""
-        if self.state is State.FATAL:
-            assert self.fatal is not None
-            raise self.fatal
-        if self.state in _JOINED:
-            return self.member_epoch, self.member_id
-        if self.state is State.JOINING or self.member_epoch > 0:
-            raise RebalanceInProgressError(f"group {self.group_id!r} is rebalancing: commit after the next poll")
-        raise CommitFailedError(f"this consumer is not a member of group {self.group_id!r} now")
+    def _rebalancing(self) -> bool:
+        return self.state is State.JOINING or self.member_epoch > 0
 
-    def commit_error(self, code: int, now_ms: float) -> KafkaError | None:
-        if code in _COORDINATOR_GONE or code == ErrorCode.REQUEST_TIMED_OUT:
-            self.coordinator_lost(now_ms, f"OffsetCommit: {for_code(code).name}")
-            return None
-        if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    ErrorCode.STALE_MEMBER_EPOCH):
-            return None
+    def _commit_group_error(self, code: int) -> KafkaError | None:
         if code == ErrorCode.UNKNOWN_MEMBER_ID:
             return CommitFailedError(f"commit failed: {for_code(code).name}: this member left or was removed from "
                                      f"the group and the partitions may belong to another member", code)
-        if code == ErrorCode.FENCED_INSTANCE_ID:
-            self.fail(FencedInstanceIdError(f"group {self.group_id!r}: group.instance.id {self.instance_id!r} "
-                                             f"is in use by another consumer"))
-            return self.fatal
-        return BrokerResponseError(code, f"OffsetCommit for group {self.group_id!r}")
-
-    def fetch_error(self, code: int, now_ms: float) -> KafkaError | None:
-        if code in _COORDINATOR_GONE:
-            self.coordinator_lost(now_ms, f"OffsetFetch: {for_code(code).name}")
-            return None
-        if code in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT,
-                    ErrorCode.STALE_MEMBER_EPOCH):
-            return None
-        return BrokerResponseError(code, f"OffsetFetch for group {self.group_id!r}")
+        return None

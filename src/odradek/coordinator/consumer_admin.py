@@ -1,8 +1,10 @@
 """Consumer groups seen through the other group APIs (seed 002, KIP-848: "ConsumerGroupDescribe",
 the GroupType of ListGroups, and the member epoch that fences offset commits and fetches).
 
-- ConsumerGroupDescribe (69): epochs, the assignor, each member's subscription, current and target
-  assignment (topic ids with their names); GROUP_ID_NOT_FOUND for unknown and classic groups.
+- ConsumerGroupDescribe (69): epochs, the assignor (the client-side assignor that computed the
+  current target when one did, else the server-side assignor the members prefer), each member's
+  subscription, current and target assignment (topic ids with their names); GROUP_ID_NOT_FOUND for
+  unknown and classic groups.
 - ListGroups v5: consumer groups with group type "consumer", protocol type "consumer".
 - DescribeGroups on a consumer group answers as for an unknown group (Dead; GROUP_ID_NOT_FOUND from
   v6, see `server/apis/groups.py`), as Kafka does: that API describes classic groups.
@@ -71,8 +73,8 @@ def describe(shard: GroupShard, group_id: str, include_authorized_operations: bo
         for m in g.members.values()]
     return cgd.DescribedGroup(
         error_code=ErrorCode.NONE, group_id=group_id, group_state=g.state().value, group_epoch=g.group_epoch,
-        assignment_epoch=g.assignment_epoch, assignor_name=preferred_assignor(g.members, assignors),
-        members=members,
+        assignment_epoch=g.assignment_epoch,
+        assignor_name=g.target_assignor or preferred_assignor(g.members, assignors), members=members,
         authorized_operations=GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations
         else AUTHORIZED_OPERATIONS_OMITTED)
 

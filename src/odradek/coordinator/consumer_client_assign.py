@@ -31,7 +31,8 @@ server-side assignor instead.
 
 The election is soft state (`GroupShard.client_elections`): after a coordinator failover the next
 heartbeat elects again. The targets are durable as any target is (TargetAssignmentMember records,
-with the metadata the assignor gave each member, delivered with the member's assignment).
+with the metadata the assignor gave each member, delivered with the member's assignment); the target
+epoch record names the client-side assignor that computed it, which ConsumerGroupDescribe reports.
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ def prepare(shard: GroupShard, req: cgp.ConsumerGroupPrepareAssignmentRequest, t
     members = []
     for m in sorted(group.members.values(), key=lambda m: m.member_id):
         a = _assignor_of(m, e.assignor)
-        ids = sorted((metadata[n].topic_id for n in m.subscribed_names(topics) if n in metadata), key=str)
+        ids = sorted((metadata[n].topic_id for n in m.subscribed_names(topics, group.regexes) if n in metadata),
+                     key=str)
         members.append(cgp.Member(
             member_id=m.member_id, member_epoch=m.member_epoch, instance_id=m.instance_id,
             rack_id=m.subscription.rack_id, subscribed_topic_ids=ids,
@@ -223,7 +225,7 @@ def _check_assignment(group: ConsumerGroup, members: list[cgi.Member], topics: T
             raise Refused(ErrorCode.INVALID_REQUEST, f"The assignment names {m.member_id}, not a member.")
         if m.member_id in out:
             raise Refused(ErrorCode.INVALID_REQUEST, f"The assignment names {m.member_id} twice.")
-        subscribed = member.subscribed_names(topics)
+        subscribed = member.subscribed_names(topics, group.regexes)
         for tp in m.topic_partitions:
             topic = by_id.get(tp.topic_id)
             if topic is None:
@@ -259,13 +261,14 @@ def install(shard: GroupShard, req: cgi.ConsumerGroupInstallAssignmentRequest, t
                         "assignor computes the target", gid, e.assignor, req.member_id, req.error)
             from odradek.coordinator import consumer_heartbeat   # it imports this module
             target = consumer_heartbeat.compute_target(shard, gid, group.group_epoch, group.members,
-                                                       group.subscription_metadata, topics, group.target)
+                                                       group.subscription_metadata, topics, group.target,
+                                                       group.regexes)
             installed: dict[str, tuple[Partitions, tuple[int, bytes] | None]] = \
                 {m: (parts, None) for m, parts in target.items()}
-            epoch = group.group_epoch
+            epoch, assignor = group.group_epoch, None
         else:
             installed = _check_assignment(group, req.members, topics)
-            epoch = req.group_epoch
+            epoch, assignor = req.group_epoch, e.assignor
     except Refused as r:
         log.info("group %s: install of member %s refused: %s %s", req.group_id, req.member_id, r.code.name, r.message)
         return Outcome(answer(r.code, r.message))
@@ -275,7 +278,7 @@ def install(shard: GroupShard, req: cgi.ConsumerGroupInstallAssignmentRequest, t
         if group.target.get(member_id) != parts or group.target_metadata.get(member_id) != metadata \
                 or member_id not in group.target:
             records.append(TargetMemberRecord(gid, member_id, parts, metadata))
-    records.append(TargetEpochRecord(gid, epoch))
+    records.append(TargetEpochRecord(gid, epoch, assignor))
     forget(shard, gid)
     log.info("group %s: member %s installed the target assignment of epoch %d (%d members, %d partitions)", gid,
              req.member_id, epoch, len(installed), sum(len(ps) for parts, _ in installed.values()

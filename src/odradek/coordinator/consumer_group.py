@@ -5,7 +5,10 @@ assignments, the target assignment and its epoch, and the metadata of the topics
 Epochs, as the seed defines them:
 
 - the *group epoch* goes up whenever what the assignment depends on changes: a member joins or
-  leaves or changes its subscription, a subscribed topic appears, disappears or grows;
+  leaves or changes its subscription, a subscribed topic appears, disappears or grows, a subscribed
+  regex resolves to other topics (`consumer_regex`), or, while some member has a rack id, the racks
+  of a subscribed topic's partitions change (`TopicMeta.racks`, as Kafka 3.7+ compares the subscribed
+  topics' metadata with its partition racks; rack-aware assignment depends on them);
 - the *target assignment epoch* is the group epoch the target assignment was computed for; a
   heartbeat that finds the group epoch ahead computes a new target (`consumer_heartbeat`);
 - a *member epoch* is the target epoch the member has reconciled to. A member moves to a newer
@@ -91,6 +94,18 @@ class TopicsView:
     internal: frozenset[str] = frozenset()
     racks: Mapping[str, tuple[frozenset[str], ...]] = field(default_factory=dict)   # replica racks per partition
     _regex_cache: dict = field(default_factory=dict, compare=False, repr=False)
+    _rack_cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def meta(self, name: str, with_racks: bool) -> TopicMeta:
+        """The topic's metadata, with its partitions' sorted replica racks when `with_racks`."""
+        meta = self.by_name[name]
+        if not with_racks or name not in self.racks:
+            return meta
+        found = self._rack_cache.get(name)
+        if found is None:
+            racks = tuple(tuple(sorted(r)) for r in self.racks[name])
+            found = self._rack_cache[name] = TopicMeta(meta.topic_id, meta.num_partitions, racks)
+        return found
 
     def name_of(self, topic_id: uuid.UUID) -> str | None:
         names = self._regex_cache.get(None)
@@ -109,13 +124,20 @@ class TopicsView:
         return v
 
     def regex_matches(self, regex: str) -> frozenset[str]:
-        """Topics whose whole name matches `regex` (Java's `Matcher.matches()`)."""
+        """Topics whose whole name matches `regex` (Java's `Matcher.matches()`); cached, and filled in
+        ahead in bounded steps by `consumer_regex.resolve_in_steps` for a large view."""
         found = self._regex_cache.get(regex)
         if found is None:
             pattern = compile_regex(regex)
             found = frozenset(n for n in self.by_name if n not in self.internal and pattern.fullmatch(n))
             self._regex_cache[regex] = found
         return found
+
+    def resolved(self, regex: str) -> bool:
+        return regex in self._regex_cache
+
+    def keep_matches(self, regex: str, found: frozenset[str]) -> None:
+        self._regex_cache[regex] = found
 
 
 def compile_regex(regex: str) -> re.Pattern:
@@ -170,18 +192,28 @@ class ConsumerMember:
     def with_current(self, c: CurrentAssignment) -> ConsumerMember:
         return replace(self, current=c)
 
-    def subscribed_names(self, topics: TopicsView) -> frozenset[str]:
+    def subscribed_names(self, topics: TopicsView, regexes: Mapping[str, ResolvedRegex] | None = None
+                         ) -> frozenset[str]:
+        """Its topic names and those its regex resolved to in `regexes` (the group's resolutions; a
+        regex not resolved there is matched against `topics`)."""
         names = frozenset(self.subscription.subscribed_topic_names)
         regex = self.subscription.subscribed_topic_regex
-        return names | topics.regex_matches(regex) if regex else names
+        if not regex:
+            return names
+        resolved = regexes.get(regex) if regexes is not None else None
+        return names | (frozenset(resolved.topics) if resolved is not None else topics.regex_matches(regex))
 
 
-def subscription_metadata(members: Iterable[ConsumerMember], topics: TopicsView) -> dict[str, TopicMeta]:
-    """The metadata of every existing topic some member subscribes to."""
+def subscription_metadata(members: Iterable[ConsumerMember], topics: TopicsView,
+                          regexes: Mapping[str, ResolvedRegex] | None = None) -> dict[str, TopicMeta]:
+    """The metadata of every existing topic some member subscribes to, with the partitions' racks
+    when some member has a rack id."""
     names: set[str] = set()
+    with_racks = False
     for m in members:
-        names |= m.subscribed_names(topics)
-    return {n: topics.by_name[n] for n in sorted(names) if n in topics.by_name}
+        names |= m.subscribed_names(topics, regexes)
+        with_racks = with_racks or bool(m.subscription.rack_id)
+    return {n: topics.meta(n, with_racks) for n in sorted(names) if n in topics.by_name}
 
 
 # ------------------------------------------------------------------------------------------ group
@@ -193,6 +225,7 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Partitions] = field(default_factory=dict)
     target_metadata: dict[str, tuple[int, bytes]] = field(default_factory=dict)   # from a client-side assignor
+    target_assignor: str | None = None   # the client-side assignor that computed the target (None: server-side)
     subscription_metadata: dict[str, TopicMeta] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)        # instance id -> member id
     regexes: dict[str, ResolvedRegex] = field(default_factory=dict)     # resolved subscription regexes
@@ -220,7 +253,8 @@ class ConsumerGroup:
         """Every topic name some member subscribes to (regexes resolved when `topics` is given)."""
         out: set[str] = set()
         for m in self.members.values():
-            out.update(m.subscribed_names(topics) if topics is not None else m.subscription.subscribed_topic_names)
+            out.update(m.subscribed_names(topics, self.regexes) if topics is not None
+                       else m.subscription.subscribed_topic_names)
         if topics is None:
             out.update(self.subscription_metadata)
         return out
@@ -257,7 +291,7 @@ class ConsumerGroup:
 
     def durable_view(self) -> tuple:
         """What the records say about this group, for replay-equivalence tests."""
-        return (self.group_epoch, self.assignment_epoch,
+        return (self.group_epoch, self.assignment_epoch, self.target_assignor,
                 tuple(sorted((m.member_id, m.subscription, _frozen(m.current)) for m in self.members.values())),
                 tuple(sorted((k, _frozen_parts(v)) for k, v in self.target.items())),
                 tuple(sorted(self.target_metadata.items())),
@@ -304,6 +338,7 @@ def replay(shard: GroupShard, record: ConsumerRecord, now_ms: int) -> None:
             group.regexes[record.regex] = record.value
     elif isinstance(record, TargetEpochRecord):
         group.assignment_epoch = record.assignment_epoch or 0
+        group.target_assignor = record.assignor
     elif isinstance(record, TargetMemberRecord):
         if record.partitions is None:
             group.target.pop(record.member_id, None)

@@ -11,8 +11,10 @@ One heartbeat, as Kafka's group coordinator does it:
    replace one that left with -2, else UNRELEASED_INSTANCE_ID); otherwise the member must be known
    (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID) and at its epoch, or at its previous epoch owning a subset
    of its partitions (a lost response), else FENCED_MEMBER_EPOCH;
-3. update the member's subscription; a changed subscription, or changed metadata of the subscribed
-   topics (topics created, deleted, grown), bumps the group epoch;
+3. update the member's subscription and, when due, resolve the group's regexes again (`consumer_regex`);
+   a changed subscription, or changed metadata of the subscribed topics (topics created, deleted,
+   grown, a regex resolving to other topics, partition racks while a member has a rack id), bumps the
+   group epoch;
 4. when the group epoch is ahead of the target assignment epoch, run the assignor the members prefer
    (the most named `server_assignor`, else the first of `group.consumer.assignors`) and write the
    target assignment's changes;
@@ -32,14 +34,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from odradek.coordinator import assignors_server, consumer_client_assign, consumer_migration
+from odradek.coordinator import assignors_server, consumer_client_assign, consumer_migration, consumer_regex
 from odradek.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, REVOCATION_TIMER, SESSION_TIMER, ConsumerGroup,
     ConsumerMember, MemberState, TopicsView, compile_regex, session_timeout_ms, session_timer, subscription_metadata,
 )
 from odradek.coordinator.consumer_records import (
     CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription, Partitions,
-    RegexRecord, ResolvedRegex, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
+    ResolvedRegex, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord, TopicMeta,
     partitions_of, remove_member_records,
 )
 from odradek.coordinator.group import GroupState
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("odradek.coordinator")
 
 OwnedPartitions = list[cgh.TopicPartitions] | None
+NO_TOPICS = TopicsView({})
 
 
 class Refused(Exception):
@@ -197,9 +200,14 @@ def advance(shard: GroupShard, group: ConsumerGroup, member: ConsumerMember, rep
     members[member_id] = updated
     # 2. The group epoch: a changed subscription, or changed metadata of the subscribed topics.
     metadata = group.subscription_metadata
-    if bump or group.metadata_view is not topics or group.group_epoch > group.assignment_epoch:
-        out.records += regex_records(group, members.values(), topics, now_ms)
-        metadata = subscription_metadata(members.values(), topics)
+    regex_records: list = []
+    regexes: Mapping[str, ResolvedRegex] = group.regexes
+    if group.regexes or updated.subscription.subscribed_topic_regex:
+        regex_records, regexes = consumer_regex.refresh(group, members.values(), topics, now_ms,
+                                                        shard.config.consumer_regex_refresh_interval_ms)
+    if bump or regex_records or group.metadata_view is not topics or group.group_epoch > group.assignment_epoch:
+        out.records += regex_records
+        metadata = subscription_metadata(members.values(), topics, regexes)
         group.metadata_view = topics
         if metadata != group.subscription_metadata:
             out.records.append(SubscriptionMetadataRecord(gid, metadata))
@@ -210,11 +218,11 @@ def advance(shard: GroupShard, group: ConsumerGroup, member: ConsumerMember, rep
         out.records.append(GroupEpochRecord(gid, group_epoch))
         log.info("group %s: bumped the group epoch to %d", gid, group_epoch)
     # 3. The target assignment.
-    target_epoch, member_target = _update_target(shard, group, group_epoch, members, metadata, topics, member_id,
-                                                 replaced, out, now_ms)
+    target_epoch, member_target = _update_target(shard, group, group_epoch, members, metadata, topics, regexes,
+                                                 member_id, replaced, out, now_ms)
     # 4. Reconciliation: partitions another member still owns are not handed out yet.
     gone = replaced.member_id if replaced is not None else None
-    subscribed_ids = {metadata[n].topic_id for n in updated.subscribed_names(topics) if n in metadata}
+    subscribed_ids = {metadata[n].topic_id for n in updated.subscribed_names(topics, regexes) if n in metadata}
     current = reconcile(updated, target_epoch, member_target, owned, subscribed_ids,
                         lambda t, p: group.owners.get((t, p)) in (None, member_id, gone))
     if current != updated.current or replaced is not None or member_id not in group.members:
@@ -248,8 +256,8 @@ def _update_member(group: ConsumerGroup, member: ConsumerMember, replaced: Consu
 
 
 def _update_target(shard: GroupShard, group: ConsumerGroup, group_epoch: int, members: Mapping[str, ConsumerMember],
-                   metadata: Mapping[str, TopicMeta], topics: TopicsView, member_id: str,
-                   replaced: ConsumerMember | None, out: Outcome, now_ms: int) -> tuple[int, Partitions]:
+                   metadata: Mapping[str, TopicMeta], topics: TopicsView, regexes: Mapping[str, ResolvedRegex],
+                   member_id: str, replaced: ConsumerMember | None, out: Outcome, now_ms: int) -> tuple[int, Partitions]:
     """(target assignment epoch, the member's target); a new target when the group epoch is ahead, its
     changes written. A static member that replaces another inherits that member's target."""
     gid = group.group_id
@@ -260,7 +268,7 @@ def _update_target(shard: GroupShard, group: ConsumerGroup, group_epoch: int, me
     if group_epoch <= group.assignment_epoch \
             or consumer_client_assign.defer_target(shard, group, members, member_id, now_ms):
         return group.assignment_epoch, current_target.get(member_id, {})
-    target = compute_target(shard, gid, group_epoch, members, metadata, topics, current_target)
+    target = compute_target(shard, gid, group_epoch, members, metadata, topics, current_target, regexes)
     out.records += [TargetMemberRecord(gid, m, parts) for m, parts in target.items() if current_target.get(m) != parts]
     out.records.append(TargetEpochRecord(gid, group_epoch))
     return group_epoch, target.get(member_id, {})
@@ -343,12 +351,12 @@ def preferred_assignor(members: Mapping[str, ConsumerMember], assignors: tuple[s
 
 
 def compute_target(shard: GroupShard, group_id: str, group_epoch: int, members: Mapping[str, ConsumerMember],
-                   metadata: Mapping[str, TopicMeta], topics: TopicsView,
-                   current: Mapping[str, Partitions]) -> dict[str, Partitions]:
+                   metadata: Mapping[str, TopicMeta], topics: TopicsView, current: Mapping[str, Partitions],
+                   regexes: Mapping[str, ResolvedRegex]) -> dict[str, Partitions]:
     name = preferred_assignor(members, shard.config.consumer_assignors)
     specs = {}
     for m_id, m in members.items():
-        ids = frozenset(metadata[n].topic_id for n in m.subscribed_names(topics) if n in metadata)
+        ids = frozenset(metadata[n].topic_id for n in m.subscribed_names(topics, regexes) if n in metadata)
         specs[m_id] = assignors_server.MemberSpec(ids, m.subscription.rack_id, m.instance_id)
     counts = {meta.topic_id: meta.num_partitions for meta in metadata.values()}
     racks = {meta.topic_id: topics.racks[n] for n, meta in metadata.items() if n in topics.racks}
@@ -417,38 +425,17 @@ def fence_members(group: ConsumerGroup, member_ids: Iterable[str]) -> Outcome:
     for member_id in sorted(gone):
         out.records += remove_member_records(gid, member_id)
     rest = [m for m in group.members.values() if m.member_id not in gone]
-    out.records += regex_records(group, rest, None, 0)
-    kept = {n: meta for n, meta in group.subscription_metadata.items() if any(_subscribes(m, n) for m in rest)}
+    out.records += consumer_regex.tombstones(group, consumer_regex.used(rest))
+    names: set[str] = set()
+    for m in rest:
+        names |= m.subscribed_names(NO_TOPICS, group.regexes)
+    with_racks = any(m.subscription.rack_id for m in rest)
+    kept = {n: meta if with_racks else TopicMeta(meta.topic_id, meta.num_partitions)
+            for n, meta in group.subscription_metadata.items() if n in names}
     if kept != group.subscription_metadata:
         out.records.append(SubscriptionMetadataRecord(gid, kept))
     out.records.append(GroupEpochRecord(gid, group.group_epoch + 1))
     return out
-
-
-def regex_records(group: ConsumerGroup, members: Iterable[ConsumerMember], topics: TopicsView | None,
-                  now_ms: int) -> list[RegexRecord]:
-    """Resolved-regex records: one for each regex the members use that is new or now resolves to other
-    topics (with `topics`), a tombstone for each no member uses any more."""
-    used = {m.subscription.subscribed_topic_regex for m in members if m.subscription.subscribed_topic_regex}
-    out: list[RegexRecord] = []
-    gid = group.group_id
-    if topics is not None:
-        for regex in sorted(used):
-            resolved = tuple(sorted(topics.regex_matches(regex)))
-            known = group.regexes.get(regex)
-            if known is None or known.topics != resolved:
-                log.info("group %s: /%s/ resolves to %s", gid, regex, list(resolved))
-                out.append(RegexRecord(gid, regex, ResolvedRegex(resolved, topics.version, now_ms)))
-    out += [RegexRecord(gid, regex, None) for regex in sorted(group.regexes.keys() - used)]
-    return out
-
-
-def _subscribes(member: ConsumerMember, topic: str) -> bool:
-    s = member.subscription
-    if topic in s.subscribed_topic_names:
-        return True
-    regex = s.subscribed_topic_regex
-    return regex is not None and compile_regex(regex).fullmatch(topic) is not None
 
 
 def _leave(shard: GroupShard, req: cgh.ConsumerGroupHeartbeatRequest, now_ms: int) -> Outcome:

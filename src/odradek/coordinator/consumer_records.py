@@ -14,11 +14,15 @@ A resolved regular expression (Kafka 4.0's record type 16) holds the topics, the
 list it was resolved against (`TopicsView.version`) and the time; `consumer_heartbeat` writes one when
 a member's regex is first resolved or resolves differently, and tombstones it when no member uses it.
 
+The partition metadata record carries each partition's replica racks (Kafka 3.7+'s PartitionMetadata)
+while some member has a rack id, so a change of racks is a change of the subscribed topics' metadata.
+
 A null value is a tombstone. Values are written at version 0.
 
 odradek extensions (docs/extensions.md), in tagged fields Kafka's tools skip: a member's client-side
 assignors (MemberMetadataValue tag 16384) and the metadata a client-side assignor gave a member with
-its target (TargetAssignmentMemberValue tags 16384-16385).
+its target (TargetAssignmentMemberValue tags 16384-16385), and the name of the client-side assignor
+that computed the target (TargetAssignmentMetadataValue tag 16384).
 
 Partitions are held as `{topic_id: frozenset(partitions)}` with no empty sets, so two assignments
 are equal exactly when they name the same partitions.
@@ -75,8 +79,12 @@ def partitions_of(pairs: Iterable[tuple[uuid.UUID, Iterable[int]]]) -> dict[uuid
 
 @dataclass(frozen=True, slots=True)
 class TopicMeta:
+    """A subscribed topic's metadata as the group saw it; `racks`: each partition's replica racks
+    (sorted), kept only while some member has a rack id (empty otherwise), so a rack change bumps the
+    group epoch of exactly the groups whose assignment depends on racks."""
     topic_id: uuid.UUID
     num_partitions: int
+    racks: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +153,7 @@ class MemberRecord:
 class TargetEpochRecord:
     group_id: str
     assignment_epoch: int | None
+    assignor: str | None = None   # the client-side assignor that computed the target; None: server-side
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +215,9 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
         key = encode_record("ConsumerGroupPartitionMetadataKey", PARTITION_METADATA_KEY,
                             ConsumerGroupPartitionMetadataKey(group_id=r.group_id))
         value: object | None = None if r.topics is None else pmv.ConsumerGroupPartitionMetadataValue(topics=[
-            pmv.TopicMetadata(topic_id=m.topic_id, topic_name=name, num_partitions=m.num_partitions)
+            pmv.TopicMetadata(topic_id=m.topic_id, topic_name=name, num_partitions=m.num_partitions,
+                              partition_metadata=[pmv.PartitionMetadata(partition=p, racks=list(racks))
+                                                  for p, racks in enumerate(m.racks)])
             for name, m in sorted(r.topics.items())])
         return key, _value("ConsumerGroupPartitionMetadataValue", value)
     if isinstance(r, MemberRecord):
@@ -229,7 +240,8 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
         key = encode_record("ConsumerGroupTargetAssignmentMetadataKey", TARGET_EPOCH_KEY,
                             ConsumerGroupTargetAssignmentMetadataKey(group_id=r.group_id))
         return key, _value("ConsumerGroupTargetAssignmentMetadataValue", None if r.assignment_epoch is None
-                           else ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=r.assignment_epoch))
+                           else ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=r.assignment_epoch,
+                                                                           assignor_name=r.assignor))
     if isinstance(r, TargetMemberRecord):
         key = encode_record("ConsumerGroupTargetAssignmentMemberKey", TARGET_MEMBER_KEY,
                             ConsumerGroupTargetAssignmentMemberKey(group_id=r.group_id, member_id=r.member_id))
@@ -267,6 +279,18 @@ def _classic(c: Any) -> ClassicMeta | None:
     return ClassicMeta(c.session_timeout_ms, tuple((p.name, bytes(p.metadata)) for p in c.supported_protocols))
 
 
+def _racks(t: Any) -> tuple[tuple[str, ...], ...]:
+    """Each partition's racks when the record has them for exactly partitions 0..n-1 (Kafka 3.7+
+    writes every partition), else none: the next heartbeat then writes them again."""
+    entries = t.partition_metadata or ()
+    if not entries or len(entries) != t.num_partitions:
+        return ()
+    by_partition = {e.partition: tuple(sorted(e.racks)) for e in entries}
+    if len(by_partition) != len(entries) or any(p not in by_partition for p in range(len(entries))):
+        return ()
+    return tuple(by_partition[p] for p in range(len(entries)))
+
+
 def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
     """A record of one of KEY_VERSIONS; raises ProtocolError when it does not parse."""
     if key_version == GROUP_EPOCH_KEY:
@@ -280,7 +304,8 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         if value is None:
             return SubscriptionMetadataRecord(k.group_id, None)
         v = _dec("ConsumerGroupPartitionMetadataValue", value)
-        return SubscriptionMetadataRecord(k.group_id, {t.topic_name: TopicMeta(t.topic_id, t.num_partitions)
+        return SubscriptionMetadataRecord(k.group_id, {t.topic_name: TopicMeta(t.topic_id, t.num_partitions,
+                                                                               _racks(t))
                                                        for t in v.topics})
     if key_version == MEMBER_KEY:
         k = _dec("ConsumerGroupMemberMetadataKey", key)
@@ -298,7 +323,7 @@ def decode(key_version: int, key: bytes, value: bytes | None) -> ConsumerRecord:
         if value is None:
             return TargetEpochRecord(k.group_id, None)
         v = _dec("ConsumerGroupTargetAssignmentMetadataValue", value)
-        return TargetEpochRecord(k.group_id, v.assignment_epoch)
+        return TargetEpochRecord(k.group_id, v.assignment_epoch, v.assignor_name or None)
     if key_version == TARGET_MEMBER_KEY:
         k = _dec("ConsumerGroupTargetAssignmentMemberKey", key)
         if value is None:

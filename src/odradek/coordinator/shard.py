@@ -59,6 +59,7 @@ class GroupConfig:
     consumer_max_size: int = 2**31 - 1                  # group.consumer.max.size
     consumer_assignors: tuple[str, ...] = ("uniform", "range")   # group.consumer.assignors
     consumer_migration_policy: str = "bidirectional"    # group.consumer.migration.policy
+    consumer_regex_refresh_interval_ms: int = 600000    # group.consumer.regex.refresh.interval.ms
     consumer_client_assignors_enable: bool = False      # group.consumer.client.assignors.enable (odradek)
 
 

@@ -510,6 +510,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
       "compute the assignment with client-side assignors (docs/extensions.md)."),
     K("group.consumer.migration.policy", STRING, "bidirectional", MEDIUM,
       OneOf(("disabled", "downgrade", "upgrade", "bidirectional")), "Classic/consumer group conversion."),
+    K("group.consumer.regex.refresh.interval.ms", INT, 600000, MEDIUM, AtLeast(1), "Subscription regexes are "
+      "resolved again at least this often (Kafka's internal setting, at least 10000 there; lower for tests)."),
     K("offset.metadata.max.bytes", INT, 4096, HIGH, None, "Largest offset commit metadata."),
     K("offsets.load.buffer.size", INT, 5242880, HIGH, AtLeast(1), "Read size when loading offsets."),
     K("offsets.topic.replication.factor", SHORT, 3, HIGH, AtLeast(1), "__consumer_offsets replication."),

@@ -92,6 +92,7 @@ def group_config(config: BrokerConfig) -> GroupConfig:
         consumer_max_size=config.get("group.consumer.max.size"),
         consumer_assignors=tuple(config.get("group.consumer.assignors")),
         consumer_migration_policy=config.get("group.consumer.migration.policy"),
+        consumer_regex_refresh_interval_ms=config.get("group.consumer.regex.refresh.interval.ms"),
         consumer_client_assignors_enable=config.get("group.consumer.client.assignors.enable"))
 
 

@@ -3,10 +3,14 @@ extension behind group.consumer.client.assignors.enable): selection, election of
 computes, the prepared group state, the checks on an installed assignment, fallbacks to the server-side
 assignor, and replay of what is durable. Driven through the synchronous runtime stand-in."""
 
+import struct
 import uuid
 
+from odradek.coordinator import consumer_admin
 from odradek.coordinator import consumer_client_assign as cca
-from odradek.coordinator.consumer_records import ClientAssignor, MemberRecord, TargetMemberRecord
+from odradek.coordinator.consumer_records import (
+    ClientAssignor, MemberRecord, TargetEpochRecord, TargetMemberRecord, decode, encode,
+)
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import consumer_group_heartbeat as cgh
 from odradek.protocol.messages import consumer_group_install_assignment as cgi
@@ -206,3 +210,38 @@ def test_new_metadata_from_a_member_bumps_the_group_epoch():
     before = group(h).group_epoch
     r = a.send(a.request(a.epoch, client_assignors=[assignor(metadata=b"2", reason=1)]))
     assert r.should_compute_assignment and group(h).group_epoch == before + 1
+
+
+def _described_assignor(h):
+    return consumer_admin.describe(h.shard, G, False, TOPICS, h.shard.config.consumer_assignors).assignor_name
+
+
+def test_describe_names_the_assignor_that_computed_the_target():
+    h = Harness(**ENABLED)
+    a, b = ClientMember(h, "a", [assignor("weighted")]), ClientMember(h, "b", [assignor("weighted")])
+    a.join()
+    b.join()
+    assert _described_assignor(h) == "uniform"                    # no target from a client assignor yet
+    assert a.install(a.prepare().group_epoch, {"a": {T: {0, 1}}, "b": {T: {2, 3}}}).error_code == ErrorCode.NONE
+    assert _described_assignor(h) == "weighted"
+    (record,) = [r for r in h.records() if isinstance(r, TargetEpochRecord) and r.assignor is not None]
+    assert record.assignor == "weighted"
+    rebuilt = Harness(**ENABLED)
+    rebuilt.shard = h.rebuilt()
+    assert _described_assignor(rebuilt) == "weighted"             # durable: the target epoch record says so
+    lib = ClientMember(h, "lib", assignor="range")                # no client assignors: the server assigns
+    lib.join()
+    assert group(h).assignment_epoch == group(h).group_epoch and _described_assignor(h) == "range"
+    lib.leave()
+    assert a.beat().should_compute_assignment
+    assert a.install(a.prepare().group_epoch, {}, error=1).error_code == ErrorCode.NONE   # the assignor failed
+    assert _described_assignor(h) == "uniform"                    # the server-side assignor computed it
+
+
+def test_the_target_epoch_record_keeps_kafkas_bytes_without_a_client_assignor():
+    key, value = encode(TargetEpochRecord("g", 3))
+    assert value == struct.pack(">hi", 0, 3) + bytes([0])         # v0, flexible, no tagged fields
+    assert decode(6, key, value) == TargetEpochRecord("g", 3)
+    key, value = encode(TargetEpochRecord("g", 3, "weighted"))
+    assert value.startswith(struct.pack(">hi", 0, 3)) and b"weighted" in value
+    assert decode(6, key, value) == TargetEpochRecord("g", 3, "weighted")

@@ -245,6 +245,9 @@ def test_regex_subscription_picks_up_a_new_topic():
     assert a.owned == {T: {0, 1, 2, 3}}
     grown = TopicsView({"orders": TopicMeta(T, 4), "ordinals": TopicMeta(U, 2), "other": TopicMeta(uuid.UUID(int=9), 1),
                         "__consumer_offsets": TopicMeta(uuid.UUID(int=8), 50)}, frozenset({"__consumer_offsets"}))
+    a.beat(grown)                       # within 10 s of the regex's resolution: not resolved again yet
+    assert a.owned == {T: {0, 1, 2, 3}}
+    h.advance(10_000)
     a.beat(grown)
     assert a.owned == {T: {0, 1, 2, 3}, U: {0, 1}}
     assert set(group(h).subscription_metadata) == {"orders", "ordinals"}
