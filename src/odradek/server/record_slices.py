@@ -3,9 +3,12 @@
 `RecordSlices` (Fetch v4+): file slices. The protocol encoder writes the length prefix from `size` and
 records a reference; the connection awaits `send(transport, loop, use_sendfile)` in its place. Large
 slices go out with `sendfile` (the kernel copies from the page cache to the socket; DESIGN, "Reads are
-slices of files, not copies") when the event loop can do it natively; small ones, and every slice on
-loops without native sendfile, are read with positioned reads (`pread`) into the transport a bounded
-piece at a time. Either way the bytes are never decoded by Python.
+slices of files, not copies"). asyncio's selector loop does that itself (`loop.sendfile`); on uvloop,
+whose `loop.sendfile` would read and copy, the slice is sent straight to the transport's socket
+(`direct_sendfile`) whenever the transport holds nothing unsent, and when the socket is full one piece
+goes through the transport, which waits for the socket, before sendfile takes over again. Small
+slices, and slices on transports without a plain socket, are read with positioned reads (`pread`)
+into the transport a bounded piece at a time. Either way the bytes are never decoded by Python.
 
 `LegacyRecords` (Fetch v0-3, whose readers know only magic 0/1 messages): the v2 batches are
 down-converted lazily while the response is written (KIP-283), `CONVERT_CHUNK_BYTES` of stored batches
@@ -22,7 +25,9 @@ slow reader holds one piece, not the response.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import struct
 
 from odradek.protocol.exceptions import ProtocolError
@@ -35,6 +40,7 @@ log = logging.getLogger("odradek.fetch")
 
 SENDFILE_MIN_BYTES = 64 * 1024
 PREAD_PIECE_BYTES = 1024 * 1024       # stored bytes copied per write when not using sendfile
+DIRECT_PIECE_BYTES = 64 * 1024       # copied through the transport while the socket is full
 CONVERT_CHUNK_BYTES = 128 * 1024      # stored bytes down-converted per step (Kafka's MAX_READ_SIZE)
 FIRST_WINDOW_BYTES = 16 * 1024        # read to find the first batch that converts to messages
 LOG_OVERHEAD = 12                     # offset int64 + size int32 in front of every entry
@@ -58,6 +64,64 @@ async def _drained(transport: asyncio.WriteTransport) -> None:
         await drained.wait()
 
 
+def _plain_socket_fd(transport: asyncio.WriteTransport) -> int | None:
+    """The transport's socket descriptor, if bytes written to it go to the peer as they are."""
+    if transport.get_extra_info("sslcontext") is not None:
+        return None
+    sock = transport.get_extra_info("socket")
+    return None if sock is None else sock.fileno()
+
+
+async def _emptied(transport: asyncio.WriteTransport) -> None:
+    """Wait until the transport has handed every byte it holds to the kernel: the write-buffer limits
+    are lowered to zero meanwhile, so the protocol is paused while anything is held and resumed (its
+    `drained` event set) once nothing is."""
+    if transport.get_write_buffer_size() == 0:
+        return
+    drained = getattr(transport.get_protocol(), "drained", None)
+    if drained is None:
+        return
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=0, low=0)
+    try:
+        await drained.wait()
+    finally:
+        if not transport.is_closing():
+            transport.set_write_buffer_limits(high=high, low=low)
+
+
+async def direct_sendfile(transport: asyncio.WriteTransport, s: FileSlice) -> int:
+    """Send slice `s` with sendfile on the transport's own socket (the kernel copies from the page
+    cache); return how many of its bytes were sent that way, the rest (0 if the transport has no
+    plain socket) being the caller's to copy. Only while the transport holds nothing unsent, so the
+    bytes keep their order; when the socket is full, one piece goes through the transport, which
+    waits for the socket, and sendfile goes on once that piece has left. Raises OSError when the
+    peer is gone or the file is shorter than the slice."""
+    fd = _plain_socket_fd(transport)
+    if fd is None:
+        return 0
+    src = s.fileno()
+    sent = 0
+    while sent < s.length:
+        if transport.is_closing():
+            raise ConnectionResetError(errno.ECONNRESET, "the connection closed while sending records")
+        if transport.get_write_buffer_size() == 0:
+            try:
+                while sent < s.length:
+                    n = os.sendfile(fd, src, s.position + sent, s.length - sent)
+                    if n == 0:
+                        raise OSError(errno.EIO, f"{s.path}: {s.length - sent} bytes short of the slice sent")
+                    sent += n
+                break
+            except (BlockingIOError, InterruptedError):
+                pass
+        n = min(DIRECT_PIECE_BYTES, s.length - sent)
+        transport.write(FileSlice(s.file, s.position + sent, n).read())
+        sent += n
+        await _emptied(transport)
+    return sent
+
+
 class RecordSlices:
     __slots__ = ("slices", "size")
 
@@ -68,10 +132,13 @@ class RecordSlices:
     async def send(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop,
                    use_sendfile: bool) -> None:
         for s in self.slices:
-            if use_sendfile and s.length >= SENDFILE_MIN_BYTES:
-                await loop.sendfile(transport, s.file, s.position, s.length, fallback=False)
-                continue
-            for at in range(0, s.length, PREAD_PIECE_BYTES):
+            start = 0
+            if s.length >= SENDFILE_MIN_BYTES:
+                if use_sendfile:
+                    await loop.sendfile(transport, s.file, s.position, s.length, fallback=False)
+                    continue
+                start = await direct_sendfile(transport, s)
+            for at in range(start, s.length, PREAD_PIECE_BYTES):
                 n = min(PREAD_PIECE_BYTES, s.length - at)
                 transport.write(FileSlice(s.file, s.position + at, n).read())
                 await _drained(transport)
