@@ -8,9 +8,10 @@ It answers every question a request asks of a partition, with Kafka's errors:
   answers NOT_LEADER_OR_FOLLOWER;
 - appends as leader (min.insync.replicas for acks=all) and as follower; after each, the high watermark
   is moved (`Partition.maybe_increment_high_watermark`), high-watermark listeners (the coordinators)
-  hear of it and waiters in the purgatory are woken;
-- delayed produce (`wait_for_acks`): acks=all answers when the high watermark reaches each append's end,
-  or REQUEST_TIMED_OUT; delayed fetch (`wait_for_data`): a long poll woken by appends;
+  hear of it and the waiters on the partition look again (`_wake`);
+- delayed produce (`wait_for_acks`, delayed_produce.py): acks=all answers when the high watermark
+  reaches each append's end, or REQUEST_TIMED_OUT; delayed fetch (`wait_for_data`, in the purgatory):
+  a long poll woken by appends;
 - reads (`read`): the limit a reader may see (the high watermark for consumers, the last stable offset
   for read_committed, the log end for followers) and the follower's fetch state, which can move the high
   watermark and grow the ISR;
@@ -20,7 +21,7 @@ It answers every question a request asks of a partition, with Kafka's errors:
 - LeaderAndIsr and StopReplica (`apply_leader_and_isr`, `stop_replicas`): partitions become leaders or
   followers or go away; leadership listeners (coordinator loading) hear of each change.
 
-Bounds: the purgatory holds at most a few waiters per connection (network.MAX_PENDING_ANSWERS); ISR
+Bounds: the purgatory and the delayed produces hold at most a few waiters per connection (network.MAX_PENDING_ANSWERS); ISR
 proposals at most one per partition.
 """
 
@@ -38,6 +39,7 @@ from odradek.server.metadata_cache import MetadataCache
 from odradek.server.partition import (
     READ_COMMITTED, AppendInfo, AppendResult, LeaderAndIsrState, Partition, PartitionLog, Records, TopicPartition,
 )
+from odradek.server.delayed_produce import DelayedProduces
 from odradek.server.purgatory import Purgatory
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 
@@ -87,6 +89,7 @@ class ReplicaManager:
         self.metadata = metadata
         self.clock = clock
         self.purgatory = purgatory if purgatory is not None else Purgatory()
+        self.delayed_produces: DelayedProduces[Partition] = DelayedProduces(self._acks_status)
         self.alter_partition = alter_partition
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self._partitions: dict[TopicPartition, Partition] = {}
@@ -159,7 +162,7 @@ class ReplicaManager:
         info = part.append_records_to_follower(records, now_ms)
         if part.update_follower_high_watermark(leader_high_watermark):
             self._high_watermark_moved(part)
-        self.purgatory.notify(part.key)
+        self._wake(part.key)
         return info
 
     # ------------------------------------------------------------------------------ follower side
@@ -199,18 +202,23 @@ class ReplicaManager:
             part.log.truncate_fully_and_start_at(offset, now_ms)
         else:
             part.log.truncate_to(offset, now_ms)
-        self.purgatory.notify(part.key)
+        self._wake(part.key)
 
     def update_follower_from_leader(self, topic: str, index: int, leader_high_watermark: int) -> None:
         part = self._follower(topic, index)
         if part is not None and part.update_follower_high_watermark(leader_high_watermark):
             self._high_watermark_moved(part)
-            self.purgatory.notify(part.key)
+            self._wake(part.key)
 
     def _appended(self, part: Partition) -> None:
         if part.maybe_increment_high_watermark():
             self._high_watermark_moved(part)
-        self.purgatory.notify(part.key)
+        self._wake(part.key)
+
+    def _wake(self, key: TopicPartition) -> None:
+        """Something changed on partition `key`: delayed fetches and produces waiting on it look again."""
+        self.purgatory.notify(key)
+        self.delayed_produces.check(key)
 
     def _high_watermark_moved(self, part: Partition) -> None:
         listener = self._hw_listeners.get(part.key)
@@ -226,21 +234,11 @@ class ReplicaManager:
         """acks=all (Kafka's DelayedProduce): for each (partition, offset after its append) NONE once
         the high watermark reaches the offset, NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR has shrunk
         below min.insync.replicas by then, NOT_LEADER_OR_FOLLOWER if leadership moved, and
-        REQUEST_TIMED_OUT when `timeout_ms` passes first."""
-        done = self.acks_done(required)
-        if done is not None:
-            return done
+        REQUEST_TIMED_OUT when `timeout_ms` passes first (delayed_produce.py)."""
         codes = [self._acks_status(p, o) for p, o in required]
-        deadline = self.clock() + max(timeout_ms, 0)
-        while True:
-            waiting = [p.key for (p, _), c in zip(required, codes) if c is None]
-            if not waiting:
-                break
-            remaining = deadline - self.clock()
-            if remaining <= 0 or not await self.purgatory.wait_any(waiting, remaining / 1000):
-                break
-            codes = [c if c is not None else self._acks_status(p, o) for (p, o), c in zip(required, codes)]
-        return [c if c is not None else ErrorCode.REQUEST_TIMED_OUT for c in codes]
+        if all(c is not None for c in codes):
+            return codes  # type: ignore[return-value]
+        return await self.delayed_produces.wait(required, codes, max(timeout_ms, 0) / 1000)
 
     def acks_done(self, required: Sequence[tuple[Partition, int]]) -> list[ErrorCode] | None:
         """`wait_for_acks`' answer if it is there already (alone in the ISR, always), else None: the
@@ -339,7 +337,7 @@ class ReplicaManager:
             return
         if part.maybe_increment_high_watermark():
             self._high_watermark_moved(part)
-            self.purgatory.notify(part.key)
+            self._wake(part.key)
         isr = part.isr_to_expand(replica_id)
         if isr is not None:
             self._propose_isr(part, isr)
@@ -378,7 +376,7 @@ class ReplicaManager:
         log.info("ISR of %s-%d is now %s", part.topic, part.index, list(isr))
         if part.apply_isr(isr, partition_epoch):
             self._high_watermark_moved(part)
-        self.purgatory.notify(part.key)
+        self._wake(part.key)
 
     async def _run_isr_expiration(self) -> None:
         interval_s = max(self.replica_lag_time_max_ms / 2, 10) / 1000
@@ -416,7 +414,7 @@ class ReplicaManager:
             errors[st.key] = ErrorCode.NONE
             if changed:
                 (leaders if part.is_leader else followers).append(part)
-                self.purgatory.notify(part.key)
+                self._wake(part.key)
         if leaders or followers:
             for fn in list(self._leadership_listeners):
                 fn(leaders, followers, [])
@@ -434,7 +432,7 @@ class ReplicaManager:
             self._hw_listeners.pop(key, None)
             if delete:
                 self.logs.delete_log(key[0], key[1], now_ms)
-            self.purgatory.notify(key)
+            self._wake(key)
         if stopped:
             for fn in list(self._leadership_listeners):
                 fn([], [], stopped)
