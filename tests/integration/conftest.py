@@ -45,8 +45,9 @@ class Broker:
     """One `odradek serve` process. Not started until `start()`."""
 
     def __init__(self, base_dir: Path, overrides: dict | None = None, name: str = "broker",
-                 loggers: dict | None = None) -> None:
+                 loggers: dict | None = None, event_loop: str | None = None) -> None:
         self.name = name
+        self.event_loop = event_loop       # `serve --event-loop`; None: the default
         self.loggers = dict(loggers or {})   # logger name -> level, e.g. the request log of some APIs
         self.base_dir = Path(base_dir)
         self.log_dir = self.base_dir / "data"
@@ -103,6 +104,8 @@ class Broker:
             cmd += ["--override", f"{k}={v}"]
         for k, v in self.loggers.items():
             cmd += ["--logger", f"{k}={v}"]
+        if self.event_loop is not None:
+            cmd += ["--event-loop", self.event_loop]
         mark = self.log_size()
         self._log_file = open(self.log_path, "ab")
         self._log_file.write(f"==== start #{self.starts + 1}: {' '.join(cmd)}\n".encode())

@@ -30,9 +30,9 @@ def add_parser(sub) -> None:
     p.add_argument("--logger", metavar="NAME=LEVEL", action="append", default=[], type=_logger_level,
                    help="one logger's level, e.g. odradek.requests.completed=DEBUG to log every request "
                         "(repeatable)")
-    p.add_argument("--event-loop", default="asyncio", choices=["asyncio", "uvloop"],
-                   help="asyncio (default: sends fetched records with sendfile) or uvloop (reads "
-                        "them with pread)")
+    p.add_argument("--event-loop", default="uvloop", choices=["asyncio", "uvloop"],
+                   help="uvloop (default; asyncio's own loop when uvloop is not installed) or asyncio: "
+                        "both send fetched records from the page cache with sendfile")
     p.set_defaults(run=run)
 
 
@@ -52,13 +52,14 @@ def run(args) -> int:
         return 2
     for w in config.warnings:
         log.warning(w)
-    runner = asyncio.run
+    runner, loop_name = asyncio.run, "asyncio"
     if args.event_loop == "uvloop":
         try:
             import uvloop
-            runner = uvloop.run
+            runner, loop_name = uvloop.run, "uvloop"
         except ImportError:
             log.warning("uvloop is not installed; using asyncio's event loop")
+    log.info("event loop: %s", loop_name)
     try:
         return runner(_serve(config))
     except KeyboardInterrupt:

@@ -92,11 +92,11 @@ async def _emptied(transport: asyncio.WriteTransport) -> None:
 
 async def direct_sendfile(transport: asyncio.WriteTransport, s: FileSlice) -> int:
     """Send slice `s` with sendfile on the transport's own socket (the kernel copies from the page
-    cache); return how many of its bytes were sent that way, the rest (0 if the transport has no
-    plain socket) being the caller's to copy. Only while the transport holds nothing unsent, so the
-    bytes keep their order; when the socket is full, one piece goes through the transport, which
-    waits for the socket, and sendfile goes on once that piece has left. Raises OSError when the
-    peer is gone or the file is shorter than the slice."""
+    cache), only while the transport holds nothing unsent, so the bytes keep their order; when the
+    socket is full, one piece goes through the transport, which waits for the socket, and sendfile
+    goes on once that piece has left. Returns the bytes sent: all of the slice, or 0 when the
+    transport has no plain socket (the caller then copies it). Raises OSError when the peer is gone
+    or the file is shorter than the slice."""
     fd = _plain_socket_fd(transport)
     if fd is None:
         return 0
