@@ -447,9 +447,22 @@ def assert_nothing_skipped(acked: dict[int, set[int]], members: list[Member]) ->
         assert not missing, f"partition {p}: {len(missing)} acknowledged records never processed, e.g. {missing[:10]}"
 
 
+# Answers a client retries (Kafka's AdminClient does; librdkafka 2.16's describe_consumer_groups hands
+# them to the caller): the coordinator is still loading its __consumer_offsets partition, or moved.
+RETRIABLE_DESCRIBE = {"COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"}
+
+
 def describe(admin, group: str) -> tuple[str, dict[str, list[int]]]:
-    """The group's state and each member's assignment (by client id), as the broker describes it."""
-    d = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    """The group's state and each member's assignment (by client id), as the broker describes it;
+    ("LOADING", {}) while the coordinator answers one of RETRIABLE_DESCRIBE."""
+    from confluent_kafka import KafkaException
+
+    try:
+        d = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    except KafkaException as e:
+        if e.args and e.args[0].name() in RETRIABLE_DESCRIBE:
+            return "LOADING", {}
+        raise
     return d.state.name, {m.client_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
                           for m in d.members}
 
