@@ -212,6 +212,21 @@ def test_a_large_frame_still_in_use_is_never_overwritten():
     assert third is not kept and bytes(kept) == b_payload and bytes(third) == a_payload
 
 
+def test_a_pipelining_stream_reuses_the_buffer_before_the_one_still_handled():
+    """A producer's next request arrives while the one before it is handled: that one's buffer is
+    busy, the one before it free, and read into again."""
+    reader = FrameReader(1 << 24)
+    payloads = [random.Random(10 + i).randbytes((1 << 20) - i) for i in range(6)]
+    handled = _one_large(reader, payloads[0])
+    ids = {id(handled)}
+    for before, p in zip(payloads, payloads[1:]):
+        nxt = _one_large(reader, p)            # arrives while `handled` is still in use
+        assert bytes(handled) == before and bytes(nxt) == p
+        ids.add(id(nxt))
+        handled = nxt                          # the one before is done with now
+    assert len(ids) == 2                       # two buffers took turns for six frames
+
+
 def test_coalesced_joins_small_runs_and_keeps_large_chunks_and_references_in_order():
     from odradek.protocol.framing import COALESCE_BYTES, coalesced
 

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from odradek.protocol.exceptions import ProtocolError
 
+SPARES = 2  # large frame buffers kept for reuse
 _SIZE = struct.Struct(">i")
 
 
@@ -44,18 +45,20 @@ class FrameReader:
     `initial_frame_bytes`, by 4x), so memory follows what was sent, never what was announced: a
     client announcing 100 MB and sending 55 bytes costs a few hundred KiB, not 100 MB of zeroes.
 
-    The last large frame's buffer is kept as a spare: when the next large frame starts and nothing else
-    holds the spare any more (its reference count says so: no frame user, no memoryview of it), it is
-    resized in place to the new size and read into again, so a stream of large frames (a follower's
-    fetch responses, a producer's 1 MiB requests) does not allocate, zero-fill and page-fault a fresh
-    buffer for each one. Memory still follows what was sent: the spare is memory this reader already
-    holds, and a spare still in use is left alone.
+    The last `SPARES` large frames' buffers are kept as spares: when the next large frame starts, the
+    first spare nothing else holds any more (its reference count says so: no frame user, no memoryview
+    of it) is resized in place to the new size and read into again, so a stream of large frames (a
+    follower's fetch responses, a producer's 1 MiB requests) does not allocate, zero-fill and
+    page-fault a fresh buffer for each one. Two, because a pipelining client's next request arrives
+    while the one before it is still being handled: its buffer is busy, the one before that is free.
+    Memory still follows what was sent: the spares are memory this reader already held for frames
+    received, and a spare still in use is left alone.
 
     While the pool refuses a large frame, `waiting_bytes` is its size and nothing more is parsed; the
     owner stops reading and calls `retry_reserve()` when memory is released."""
 
     __slots__ = ("max_frame_bytes", "pool", "initial_frame_bytes", "_scratch", "_view", "_start", "_end",
-                 "_frame", "_frame_view", "_filled", "_size", "waiting_bytes", "_spare")
+                 "_frame", "_frame_view", "_filled", "_size", "waiting_bytes", "_spares")
 
     def __init__(self, max_frame_bytes: int, scratch_bytes: int = 16 * 1024, pool: FramePool | None = None,
                  initial_frame_bytes: int = 256 * 1024) -> None:
@@ -71,7 +74,7 @@ class FrameReader:
         self._filled = 0
         self._size = 0                # the large frame's announced size
         self.waiting_bytes = 0        # a large frame's size while the pool refuses it
-        self._spare: bytearray | None = None   # the last large frame's buffer, reused once it is free
+        self._spares: list[bytearray] = []     # the last large frames' buffers, reused once free
 
     @property
     def buffered_bytes(self) -> int:
@@ -122,7 +125,9 @@ class FrameReader:
             self._frame_view.release()
             self._frame = self._frame_view = None
             self._filled = self._size = 0
-            self._spare = done
+            self._spares.append(done)
+            if len(self._spares) > SPARES:
+                del self._spares[0]
             return [done] + self._parse()
         self._end += nbytes
         return self._parse()
@@ -178,20 +183,21 @@ class FrameReader:
 
 
     def _free_spare(self, size: int) -> bytearray | None:
-        """The spare buffer resized to `size`, if nothing else refers to it and it is at least half
+        """A spare buffer resized to `size`, if one is free (nothing else refers to it) and at least half
         that size (then the resize keeps or grows its allocation, without zero-filling)."""
-        spare = self._spare
-        if spare is None:
-            return None
-        self._spare = None
-        # references: `spare` here and getrefcount's argument; any more and someone still uses it
-        if sys.getrefcount(spare) > 2 or 2 * len(spare) < size:
-            return None
-        if len(spare) > size:
-            del spare[size:]
-        elif len(spare) < size:
-            spare.extend(bytes(size - len(spare)))
-        return spare
+        spares = self._spares
+        for i in range(len(spares)):
+            spare = spares[i]
+            # references: the list, `spare` here and getrefcount's argument; more and someone uses it
+            if sys.getrefcount(spare) > 3 or 2 * len(spare) < size:
+                continue
+            del spares[i]
+            if len(spare) > size:
+                del spare[size:]
+            elif len(spare) < size:
+                spare.extend(bytes(size - len(spare)))
+            return spare
+        return None
 
 
 def frame(payload_size: int) -> bytes:
