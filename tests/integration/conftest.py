@@ -11,6 +11,7 @@ A module may set `BROKER_OVERRIDES = {"key": "value", ...}` for its module-scope
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import shlex
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -190,6 +192,20 @@ class Broker:
 
 
 # ------------------------------------------------------------------------------------------ fixtures
+@contextlib.contextmanager
+def live(b: Broker) -> Iterator[Broker]:
+    """`b` for the block (which starts it): its log goes into failure reports meanwhile, and it is shut
+    down and checked after."""
+    _LIVE.append(b)
+    try:
+        yield b
+    finally:
+        try:
+            b.shutdown_and_check()
+        finally:
+            _LIVE.remove(b)
+
+
 @pytest.fixture(scope="module")
 def broker(request, tmp_path_factory):
     """The module's broker, with the module's BROKER_OVERRIDES."""
@@ -197,15 +213,9 @@ def broker(request, tmp_path_factory):
     name = request.module.__name__.rsplit(".", 1)[-1]
     b = Broker(tmp_path_factory.mktemp(name), overrides, name=name,
                loggers=getattr(request.module, "BROKER_LOGGERS", None))
-    _LIVE.append(b)
-    try:
+    with live(b):
         b.start()
         yield b
-    finally:
-        try:
-            b.shutdown_and_check()
-        finally:
-            _LIVE.remove(b)
 
 
 @pytest.fixture

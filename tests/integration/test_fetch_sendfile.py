@@ -15,7 +15,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.record import MemoryRecords
 
 from .clients import Msg, RawClient, consume_confluent, consume_kcat, produce_confluent
-from .conftest import _LIVE, Broker
+from .conftest import Broker, live
 
 MIB = 1024 * 1024
 RECORDS = 240
@@ -27,16 +27,10 @@ def loop_broker(request, tmp_path_factory):
     b = Broker(tmp_path_factory.mktemp(f"sendfile-{request.param}"),
                {"num.partitions": "1", "message.max.bytes": "2000000"}, name=f"sendfile-{request.param}",
                event_loop=request.param)
-    _LIVE.append(b)
-    try:
+    with live(b):
         b.start()
         assert f"event loop: {request.param}" in b.log_text()
         yield b
-    finally:
-        try:
-            b.shutdown_and_check()
-        finally:
-            _LIVE.remove(b)
 
 
 @pytest.fixture(scope="module")

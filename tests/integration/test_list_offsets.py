@@ -78,10 +78,9 @@ def lying(tmp_path_factory):
     """A broker whose topic `lies` has, in each of 4 partitions: 100 honest records, a batch of 50,000
     records (timestamp T0+100) whose header claims LIE, 25,000 small honest batches (T0+200), and one
     record at T0+10^6 produced after the restart."""
-    from .conftest import _LIVE, Broker
+    from .conftest import Broker, live
     b = Broker(tmp_path_factory.mktemp("lying"), {"num.partitions": str(PARTITIONS)}, name="lying")
-    _LIVE.append(b)
-    try:
+    with live(b):
         b.start()
         admin = AdminClient(confluent_config(b.bootstrap))
         admin.create_topics([NewTopic("lies", PARTITIONS, 1)])["lies"].result(20)
@@ -103,11 +102,6 @@ def lying(tmp_path_factory):
             acks = produce_confluent(b.bootstrap, "lies", [Msg(None, b"last", (), T0 + 10**6, p)])
             assert acks[0].offset == 75_100
         yield b
-    finally:
-        try:
-            b.shutdown_and_check()
-        finally:
-            _LIVE.remove(b)
 
 
 def test_a_lying_header_does_not_hide_the_answer(lying):
