@@ -134,7 +134,10 @@ class LogManager:
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
             if is_future_dir_name(entry.name):
-                tp = parse_log_dir_name(entry.name)
+                try:
+                    tp = parse_log_dir_name(entry.name)
+                except InvalidTopicError:
+                    continue                      # not one of ours: left alone
                 self._futures_found.append(_FoundFuture(entry, clean, recovery_points.get(tp, 0)))
                 continue
             try:
@@ -179,9 +182,14 @@ class LogManager:
             logger.warning("removing %s: %s-%d is already in that dir or moving elsewhere", entry, *tp)
             shutil.rmtree(entry, ignore_errors=True)
             return
-        future = Log.open(entry, current.config, now_ms=now_ms, recovery_point=found.recovery_point,
-                          log_start_offset=current.log_start_offset, high_watermark=current.high_watermark,
-                          needs_recovery=not found.clean, decompress=self.decompress)
+        try:
+            future = Log.open(entry, current.config, now_ms=now_ms, recovery_point=found.recovery_point,
+                              log_start_offset=current.log_start_offset, high_watermark=current.high_watermark,
+                              needs_recovery=not found.clean, decompress=self.decompress)
+        except (OSError, StorageError) as e:     # the replica stays where it is; the move is dropped
+            logger.error("removing %s: its move of %s-%d cannot go on: %s", entry, tp[0], tp[1], e)
+            shutil.rmtree(entry, ignore_errors=True)
+            return
         self._moves[tp] = ReplicaMove(tp[0], tp[1], future, dest, truncations=-1,
                                       recovery_point=future.recovery_point)
         logger.info("%s-%d: resuming its move from %s to %s at offset %d of [%d, %d)", tp[0], tp[1],

@@ -252,6 +252,24 @@ def test_a_move_cut_short_by_a_crash_resumes_from_its_recovered_future(tmp_path,
     again.close(now_ms=0)
 
 
+def test_a_future_that_cannot_be_opened_at_start_is_dropped_and_the_replica_stays(tmp_path, monkeypatch):
+    monkeypatch.setattr("odradek.storage.manager.STEP_BYTES", 1_500)
+    config = manager_config(tmp_path, dirs=2)
+    manager = LogManager.open(config, now_ms=0)
+    produce(manager.get_or_create_log("t", 0, now_ms=0), 40, leader_epoch=2)
+    manager.alter_replica_log_dir("t", 0, path_of(tmp_path, 1), now_ms=0)
+    rounds(manager, 1)
+    ((_, future, _),) = manager.future_logs()
+    future_dir = future.dir
+    crash(manager)
+    (future_dir / "leader-epoch-checkpoint").write_text("0\n1\nnot a number\n")
+    again = LogManager.open(config, now_ms=0)
+    assert list(again.future_logs()) == [] and not future_dir.exists()
+    assert again.log_dir_of("t", 0).name == "d0" and again.get_log("t", 0).log_end_offset == 40
+    assert not again.cleaner.is_paused(("t", 0))
+    again.close(now_ms=0)
+
+
 def test_a_future_left_without_its_current_log_by_a_crash_in_the_swap_becomes_the_log(tmp_path):
     config = manager_config(tmp_path, dirs=2)
     manager = LogManager.open(config, now_ms=0)
