@@ -9,8 +9,11 @@ loop, through `LogManager.run_periodic`) and one mover thread share the work, as
   index lookup; the current log is only ever touched by its owner) and hands them over;
 - the mover thread reads those bytes, appends them to the future log (which only it touches while a
   step is in flight) and fsyncs it;
-- when the future has caught up with the current log's end offset, the owner swaps them at once,
-  between two appends: the future log is closed, the current dir renamed `-delete` (its files stay
+- when the future is only a few batches short of the current log's end offset (at most
+  `FINAL_STEP_BYTES` of the manager), the owner copies those itself and swaps at once, between two
+  appends (a step handed over would land after the appends made meanwhile, and a log that takes a
+  follower's fetch every round would never be caught; Kafka swaps under the partition's lock once its
+  alter-log-dirs fetch reached the log end): the future log is closed, the current dir renamed `-delete` (its files stay
   readable for fetches in flight until file.delete.delay.ms), the future dir renamed to
   `<topic>-<partition>` and opened, and the partition's Log object takes it over (`Log.adopt`).
 

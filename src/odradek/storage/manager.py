@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.protocol.exceptions import ProtocolError
+from odradek.records.header import iter_headers
 from odradek.storage import retention
 from odradek.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, \
     RECOVERY_POINT_CHECKPOINT, REPLICATION_CHECKPOINT, MetaProperties, OffsetCheckpointFile, \
@@ -64,6 +66,7 @@ from odradek.storage.timestamps import Decompress
 logger = logging.getLogger("odradek.storage")
 
 DELETE_DIR_SUFFIX = "-delete"
+FINAL_STEP_BYTES = 256 * 1024    # a move's last bytes, copied on the owner thread right before its swap
 
 
 def delete_dir_name(topic: str, partition: int) -> str:
@@ -384,12 +387,35 @@ class LogManager:
             slices = current.read(end, step_bytes) if end < current.log_end_offset else []
         except OffsetOutOfRangeError:
             return                                          # retention moved the start: next round
+        if start_at is None and truncate_to is None and \
+                sum(s.length for s in slices) <= min(FINAL_STEP_BYTES, step_bytes // 4):
+            self._finish_move(move, current, slices, now_ms)
+            return
         if self._mover is None:
             self._mover = MoverThread()
         move.step = CopyStep(slices, start_at, now_ms, truncate_to)
         if start_at is not None or truncate_to is not None:      # what the step cuts is not flushed
             move.recovery_point = min(move.recovery_point, end)
         self._mover.submit(move, move.step)
+
+    def _finish_move(self, move: ReplicaMove, current: Log, slices: list, now_ms: int) -> None:
+        """The future is a few batches short of a current log that keeps taking appends: copy those here,
+        between two appends (no step is in flight), and swap at once, as Kafka's alter-log-dirs thread
+        swaps under the partition's lock once its fetch reached the log end. A step handed over instead
+        would land after more appends, and the copy might never catch up."""
+        tp = move.key
+        try:
+            data = b"".join(s.read() for s in slices)
+            headers = list(iter_headers(data))
+            if not headers or headers[-1].next_offset != current.log_end_offset:
+                return                                      # not the whole tail after all: next round
+            move.future.append_as_follower(data, now_ms)
+            move.future.flush(now_ms)
+        except (OSError, StorageError, ProtocolError) as e:
+            logger.error("moving %s-%d to %s failed: %s", tp[0], tp[1], move.dest_dir, e)
+            self.cancel_move(*tp, now_ms)
+            return
+        self._swap(move, current, now_ms)
 
     def _swap(self, move: ReplicaMove, current: Log, now_ms: int) -> None:
         """The future log has caught up: it becomes the partition's log, in the destination dir."""

@@ -71,6 +71,24 @@ def test_a_replica_moves_to_another_dir_in_steps_and_keeps_its_log_object(tmp_pa
     again.close(now_ms=0)
 
 
+def test_a_move_catches_up_with_a_log_that_takes_appends_between_every_two_rounds(tmp_path, monkeypatch):
+    """A step lands after the appends made while it ran: the last few batches are copied by the owner,
+    between two appends, and the swap follows at once (else the copy would chase the log end forever)."""
+    monkeypatch.setattr("odradek.storage.manager.STEP_BYTES", 1_500)
+    manager = LogManager.open(manager_config(tmp_path, dirs=2), now_ms=0)
+    lg = manager.get_or_create_log("t", 0, now_ms=0)
+    produce(lg, 40, leader_epoch=1)
+    manager.alter_replica_log_dir("t", 0, path_of(tmp_path, 1), now_ms=0)
+    for _ in range(30):
+        if not list(manager.future_logs()):
+            break
+        rounds(manager, 1)
+        produce(lg, 1, leader_epoch=1)              # a follower's fetch lands between two rounds
+    assert list(manager.future_logs()) == [] and manager.log_dir_of("t", 0).name == "d1"
+    assert offsets(read_all(lg)) == list(range(lg.log_end_offset))
+    manager.close(now_ms=0)
+
+
 def test_errors_as_kafka_names_them(tmp_path):
     manager = LogManager.open(manager_config(tmp_path, dirs=2), now_ms=0)
     produce(manager.get_or_create_log("t", 0, now_ms=0), 3)
@@ -139,6 +157,7 @@ def test_a_truncation_of_the_current_log_cuts_the_future_back_where_they_agree(t
 
 
 def test_a_failed_step_abandons_the_move(tmp_path, monkeypatch):
+    monkeypatch.setattr("odradek.storage.manager.STEP_BYTES", 300)
     manager = LogManager.open(manager_config(tmp_path, dirs=2), now_ms=0)
     lg = manager.get_or_create_log("t", 0, now_ms=0)
     produce(lg, 5)
