@@ -27,6 +27,11 @@ segments were deleted or truncated, the partition was deleted); nothing is lost,
 dirtier. A pass that fails (a corrupt segment) marks the partition uncleanable until restart, as in
 Kafka. Unit tests drive the same steps in one thread with `clean_now`.
 
+Pausing (Kafka's abortAndPauseCleaning / resumeCleaning): while a partition's replica moves to another
+log dir (log_mover.py) its cleaning is paused: `pause` drops the pass under way before its next swap
+(swaps happen on the owner thread, the caller's, so none can follow) and no pass starts until as many
+`resume` calls came; `move_checkpoint` carries the first dirty offset to the dir the replica moved to.
+
 `cleaner-offset-checkpoint` (each log dir's root, checkpoints.py format): per partition the first
 dirty offset, written after each pass (partition gone: entry dropped).
 
@@ -126,6 +131,7 @@ class LogCleaner:
         self._checkpoints = {d: _read_checkpoint(d) for d in manager.log_dirs}
         self._tasks: dict[int, _Task] = {}        # id(log) -> its pass
         self._uncleanable: set[TopicPartition] = set()
+        self._paused: dict[TopicPartition, int] = {}   # partition -> pause calls not yet resumed
         self._horizons: dict[int, int] = {}      # id(log) -> earliest delete horizon kept
         self._results: queue.SimpleQueue = queue.SimpleQueue()
         self._swapped = threading.Condition()
@@ -180,6 +186,36 @@ class LogCleaner:
     def is_cleaning(self, log_: Log) -> bool:
         return id(log_) in self._tasks
 
+    def pause(self, tp: TopicPartition) -> None:
+        """Stop cleaning the partition's log until `resume`: a pass under way swaps nothing more."""
+        self._paused[tp] = self._paused.get(tp, 0) + 1
+        log_ = self.manager.get_log(*tp)
+        task = self._tasks.get(id(log_)) if log_ is not None else None
+        if task is not None and not task.plan.aborted:
+            log.info("%s-%d: the pass under way stops (cleaning paused)", *tp)
+            task.plan.aborted = True
+
+    def resume(self, tp: TopicPartition) -> None:
+        """Undo one `pause`; the log is cleaned again once every pause was undone."""
+        left = self._paused.get(tp, 0) - 1
+        if left > 0:
+            self._paused[tp] = left
+        else:
+            self._paused.pop(tp, None)
+
+    def is_paused(self, tp: TopicPartition) -> bool:
+        return tp in self._paused
+
+    def move_checkpoint(self, tp: TopicPartition, source_dir: Path, dest_dir: Path) -> None:
+        """The partition's log moved from `source_dir` to `dest_dir` (same records, same offsets): its
+        first dirty offset goes with it (Kafka's alterCheckpointDir)."""
+        offset = self._checkpoints.get(source_dir, {}).pop(tp, None)
+        if offset is None:
+            return
+        self._checkpoints.setdefault(dest_dir, {})[tp] = offset
+        self._write_checkpoint(dest_dir)
+        self._write_checkpoint(source_dir)
+
     def on_log_deleted(self, tp: TopicPartition, log_: Log, log_dir: Path) -> None:
         task = self._tasks.get(id(log_))
         if task is not None:
@@ -223,7 +259,8 @@ class LogCleaner:
     def _grab(self, now_ms: int, worker: _Worker | None) -> _Task | None:
         candidates = []
         for tp, log_ in self.manager.logs():
-            if not log_.config.compact or id(log_) in self._tasks or tp in self._uncleanable:
+            if not log_.config.compact or id(log_) in self._tasks or tp in self._uncleanable \
+                    or tp in self._paused:
                 continue
             candidate = self._to_clean(tp, log_, now_ms)
             if candidate.clean_bytes + candidate.cleanable_bytes > 0:

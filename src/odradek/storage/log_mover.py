@@ -9,17 +9,34 @@ loop, through `LogManager.run_periodic`) and one mover thread share the work, as
   index lookup; the current log is only ever touched by its owner) and hands them over;
 - the mover thread reads those bytes, appends them to the future log (which only it touches while a
   step is in flight) and fsyncs it;
-- when the future has caught up with the current log's end offset, the owner swaps them at once,
-  between two appends: the future log is closed, the current dir renamed `-delete` (its files stay
+- when the future is only a few batches short of the current log's end offset (at most
+  `FINAL_STEP_BYTES` of the manager), the owner copies those itself and swaps at once, between two
+  appends (a step handed over would land after the appends made meanwhile, and a log that takes a
+  follower's fetch every round would never be caught; Kafka swaps under the partition's lock once its
+  alter-log-dirs fetch reached the log end): the future log is closed, the current dir renamed `-delete` (its files stay
   readable for fetches in flight until file.delete.delay.ms), the future dir renamed to
   `<topic>-<partition>` and opened, and the partition's Log object takes it over (`Log.adopt`).
-The copy starts again from the current log start offset when the current log was truncated (a
-follower's truncation) or retention passed the future's end. A step that fails (a disk error in the
-destination) abandons the move and removes the future log; the replica stays where it was.
 
-A crash during a move leaves a future dir beside the current one: at start it is removed (the move is
-not resumed, unlike Kafka's). A crash during the swap, after the current dir was renamed away, leaves a
-complete future dir alone: at start it becomes the partition's dir.
+When the current log was truncated (a follower's truncation to its leader), the future is cut back to
+where the two agree, found by their leader epochs as a follower finds where it leaves its leader
+(`agreed_offset`, Kafka's OffsetsForLeaderEpoch truncation); without epochs to tell, the copy starts
+again from the current log start offset, as it does when retention or DeleteRecords moved the current
+log start past the future's end. A step whose source bytes went away under it (a segment deleted or
+cut after its slices were handed over) is only redone; a step that fails in the destination (a disk
+error) abandons the move and removes the future log; the replica stays where it was.
+
+The log cleaner leaves a partition alone while it moves (Kafka's abortAndPauseCleaning and
+resumeCleaning): a pass under way is dropped before its next swap, none starts until the move ends,
+and the future log is never cleaned, so the copy ends byte for byte what the current log holds; the
+first dirty offset (cleaner-offset-checkpoint) goes with the replica to its new dir. Retention keeps
+running on the current log.
+
+A crash or restart during a move leaves a future dir beside the current one; at start it becomes a
+move under way again, as Kafka resumes its future replica: the future log is opened like any log
+(recovered from its recovery point, checkpointed in its own dir, when the dir was not shut down
+cleanly), checked against the current log by leader epochs and copied on from where it stands. A crash
+during the swap, after the current dir was renamed away, leaves a complete future dir alone: at start
+it becomes the partition's dir.
 """
 
 from __future__ import annotations
@@ -30,6 +47,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from odradek.storage.errors import StorageError
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.log import Log
 
@@ -38,12 +56,19 @@ log = logging.getLogger("odradek.storage")
 STEP_BYTES = 4 * 1024 * 1024
 
 
+class SourceChanged(StorageError):
+    """The current log's bytes a step was to copy went away under it: the step is redone, the move
+    goes on."""
+
+
 @dataclass(eq=False)
 class CopyStep:
-    """One hand-over: reset the future at `start_at` (if set), then append these slices."""
+    """One hand-over: reset the future at `start_at` or cut it back to `truncate_to` (if set), then
+    append these slices."""
     slices: list[FileSlice]
     start_at: int | None
     now_ms: int
+    truncate_to: int | None = None
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -54,7 +79,8 @@ class ReplicaMove:
     partition: int
     future: Log
     dest_dir: Path
-    truncations: int          # the current log's truncation count the copy is based on
+    truncations: int          # the current log's truncation count the copy is based on (-1: check it)
+    recovery_point: int = 0   # the future's, as of its last finished step (checkpointed in dest_dir)
     step: CopyStep | None = None
 
     @property
@@ -83,7 +109,7 @@ class MoverThread(threading.Thread):
             move, step = item
             try:
                 copy(move.future, step)
-            except BaseException as e:      # handed to the owner, which abandons the move
+            except BaseException as e:      # handed to the owner, which redoes the step or abandons the move
                 step.error = e
             finally:
                 step.done.set()
@@ -99,6 +125,30 @@ def copy(future: Log, step: CopyStep) -> None:
     """One step on the mover thread: bounded by the slices' bytes (STEP_BYTES)."""
     if step.start_at is not None:
         future.truncate_fully_and_start_at(step.start_at, step.now_ms)
+    elif step.truncate_to is not None:
+        future.truncate_to(step.truncate_to, step.now_ms)
     if step.slices:
-        future.append_as_follower(b"".join(s.read() for s in step.slices), step.now_ms)
+        try:
+            data = b"".join(s.read() for s in step.slices)
+        except (OSError, ValueError, StorageError) as e:   # ValueError: the segment file was closed
+            raise SourceChanged(f"the current log changed under the copy: {e}") from e
+        future.append_as_follower(data, step.now_ms)
     future.flush(step.now_ms)
+    future.delete_expired_files(step.now_ms)
+
+
+def agreed_offset(current: Log, future: Log) -> int | None:
+    """The offset below which the future log holds what the current log holds, found by their leader
+    epochs (Kafka's follower truncation by OffsetsForLeaderEpoch): the newest epoch both logs know ends
+    at the smaller of its two ends, since one leader wrote each epoch's records and both logs hold a
+    prefix of them. None when they share no epoch (nothing tells where they agree)."""
+    in_current = {epoch for epoch, _ in current.leader_epoch_cache.entries()}
+    entries = future.leader_epoch_cache.entries()
+    for i in range(len(entries) - 1, -1, -1):
+        epoch = entries[i][0]
+        if epoch not in in_current:
+            continue
+        future_end = entries[i + 1][1] if i + 1 < len(entries) else future.log_end_offset
+        _, current_end = current.leader_epoch_cache.end_offset_for(epoch, current.log_end_offset)
+        return min(future_end, current_end)
+    return None

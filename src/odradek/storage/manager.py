@@ -11,7 +11,8 @@ Each log dir holds partition directories (`<topic>-<partition>/`, see log.py) an
     <topic>-<partition>.<uuid>-delete/  a deleted partition waiting for file.delete.delay.ms
                                         (the topic shortened to keep the name within 255 bytes)
     <topic>-<partition>.<uuid>-future/  a replica being moved here from another log dir
-                                        (AlterReplicaLogDirs, see log_mover.py)
+                                        (AlterReplicaLogDirs, see log_mover.py); its recovery point
+                                        is in this dir's recovery-point-offset-checkpoint
 
 At start every partition is loaded; in a dir without the clean-shutdown marker each log is recovered
 from its recovery point (CRC re-validation, truncation of torn tails, index rebuild). The marker is
@@ -19,7 +20,9 @@ removed once loading is done and written again by `close`, after every log is fl
 checkpoint written. A new partition goes to the dir AlterReplicaLogDirs named for it (before it
 existed), else to the dir holding the fewest partitions. A replica moves to another dir through a future
 log copied in the background (`alter_replica_log_dir`, log_mover.py); its steps are handed over and
-its swap made by `run_periodic`.
+its swap made by `run_periodic`, the partition's cleaning paused meanwhile. A future dir found at start
+beside its current log is a move under way again (resumed where its copy stood); alone, a swap cut
+short (it becomes the partition's dir).
 
 No timers live here: the server calls `run_periodic(now_ms)` from its own timer and it runs whatever
 is due (the log cleaner's hand-offs: swaps of cleaned segments and new passes, retention every
@@ -39,8 +42,11 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.protocol.exceptions import ProtocolError
+from odradek.records.header import iter_headers
 from odradek.storage import retention
 from odradek.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, \
     RECOVERY_POINT_CHECKPOINT, REPLICATION_CHECKPOINT, MetaProperties, OffsetCheckpointFile, \
@@ -51,7 +57,8 @@ from odradek.storage.config import CleanerConfig, LogConfig, LogManagerConfig
 from odradek.storage.errors import InconsistentMetaPropertiesError, InvalidTopicError, \
     LogDirNotFoundError, LogDirOfflineError, OffsetOutOfRangeError, ReplicaNotHostedError, StorageError
 from odradek.storage.log import Log
-from odradek.storage.log_mover import STEP_BYTES, CopyStep, MoverThread, ReplicaMove
+from odradek.storage.log_mover import STEP_BYTES, CopyStep, MoverThread, ReplicaMove, SourceChanged, \
+    agreed_offset
 from odradek.storage.names import MAX_DIR_NAME_BYTES, future_dir_name, is_future_dir_name, \
     parse_log_dir_name, parse_partition_dir_name, partition_dir_name
 from odradek.storage.timestamps import Decompress
@@ -59,6 +66,7 @@ from odradek.storage.timestamps import Decompress
 logger = logging.getLogger("odradek.storage")
 
 DELETE_DIR_SUFFIX = "-delete"
+FINAL_STEP_BYTES = 256 * 1024    # a move's last bytes, copied on the owner thread right before its swap
 
 
 def delete_dir_name(topic: str, partition: int) -> str:
@@ -67,6 +75,14 @@ def delete_dir_name(topic: str, partition: int) -> str:
     characters. Only `-delete` matters when the dir is found at start; the rest is for people."""
     suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
     return topic[:MAX_DIR_NAME_BYTES - len(suffix)] + suffix
+
+
+@dataclass(frozen=True)
+class _FoundFuture:
+    """A future dir found at start, with what its log dir knows of it."""
+    path: Path
+    clean: bool                 # its log dir was shut down cleanly
+    recovery_point: int         # from its log dir's checkpoint
 
 
 class LogManager:
@@ -85,7 +101,7 @@ class LogManager:
         self._moves: dict[TopicPartition, ReplicaMove] = {}
         self._preferred_dir: dict[TopicPartition, Path] = {}
         self._mover: MoverThread | None = None
-        self._futures_found: list[Path] = []
+        self._futures_found: list[_FoundFuture] = []
 
     @classmethod
     def open(cls, config: LogManagerConfig, *, now_ms: int, decompress: Decompress | None = None,
@@ -98,6 +114,8 @@ class LogManager:
         for log_dir in manager.log_dirs:
             remove_clean_shutdown_marker(log_dir)
         manager.cleaner = LogCleaner(manager, config.cleaner)
+        for tp in manager._moves:
+            manager.cleaner.pause(tp)
         manager._due = {
             "retention": now_ms + config.retention_check_interval_ms,
             "recovery_points": now_ms + config.recovery_point_checkpoint_interval_ms,
@@ -119,7 +137,11 @@ class LogManager:
                 shutil.rmtree(entry, ignore_errors=True)
                 continue
             if is_future_dir_name(entry.name):
-                self._futures_found.append(entry)
+                try:
+                    tp = parse_log_dir_name(entry.name)
+                except InvalidTopicError:
+                    continue                      # not one of ours: left alone
+                self._futures_found.append(_FoundFuture(entry, clean, recovery_points.get(tp, 0)))
                 continue
             try:
                 tp = parse_partition_dir_name(entry.name)
@@ -136,13 +158,13 @@ class LogManager:
             self._dir_of[tp] = log_dir
 
     def _resolve_futures(self, now_ms: int) -> None:
-        """Future dirs found at start: beside their current log, an unfinished move (removed); alone,
+        """Future dirs found at start: beside their current log, a move under way (resumed); alone,
         a swap cut short after the current log was renamed away (the future becomes the log)."""
-        for entry in self._futures_found:
+        for found in self._futures_found:
+            entry = found.path
             tp = parse_log_dir_name(entry.name)
             if tp in self._logs:
-                logger.info("removing %s: a move of %s-%d to another log dir that did not finish", entry, *tp)
-                shutil.rmtree(entry, ignore_errors=True)
+                self._resume_move(tp, found, now_ms)
                 continue
             final = entry.parent / partition_dir_name(*tp)
             entry.rename(final)
@@ -152,6 +174,30 @@ class LogManager:
                                       decompress=self.decompress)
             self._dir_of[tp] = entry.parent
         self._futures_found = []
+
+    def _resume_move(self, tp: TopicPartition, found: _FoundFuture, now_ms: int) -> None:
+        """A move that a crash or a restart interrupted goes on (Kafka resumes its future replica):
+        the future log is opened like any log, recovered when its dir was not shut down cleanly, and
+        its first round checks it against the current log (truncations -1) before the copy goes on."""
+        entry, dest = found.path, found.path.parent
+        current = self._logs[tp]
+        if dest == self._dir_of[tp] or tp in self._moves:
+            logger.warning("removing %s: %s-%d is already in that dir or moving elsewhere", entry, *tp)
+            shutil.rmtree(entry, ignore_errors=True)
+            return
+        try:
+            future = Log.open(entry, current.config, now_ms=now_ms, recovery_point=found.recovery_point,
+                              log_start_offset=current.log_start_offset, high_watermark=current.high_watermark,
+                              needs_recovery=not found.clean, decompress=self.decompress)
+        except (OSError, StorageError) as e:     # the replica stays where it is; the move is dropped
+            logger.error("removing %s: its move of %s-%d cannot go on: %s", entry, tp[0], tp[1], e)
+            shutil.rmtree(entry, ignore_errors=True)
+            return
+        self._moves[tp] = ReplicaMove(tp[0], tp[1], future, dest, truncations=-1,
+                                      recovery_point=future.recovery_point)
+        logger.info("%s-%d: resuming its move from %s to %s at offset %d of [%d, %d)", tp[0], tp[1],
+                    self._dir_of[tp], dest, future.log_end_offset, current.log_start_offset,
+                    current.log_end_offset)
 
     def ensure_meta_properties(self, broker_id: int, cluster_id: str | None = None) -> str | None:
         """Check meta.properties in every dir against broker_id (and cluster_id when known), write
@@ -261,7 +307,10 @@ class LogManager:
         future = Log.open(future_dir, current.config, now_ms=now_ms, log_start_offset=current.log_start_offset,
                           high_watermark=current.high_watermark, decompress=self.decompress)
         fsync_dir(dest)
-        self._moves[tp] = ReplicaMove(topic, partition, future, dest, current.truncations)
+        self._moves[tp] = ReplicaMove(topic, partition, future, dest, current.truncations,
+                                      recovery_point=future.recovery_point)
+        if self.cleaner is not None:
+            self.cleaner.pause(tp)
         logger.info("moving %s-%d from %s to %s", topic, partition, self._dir_of[tp], dest)
         return True
 
@@ -276,6 +325,8 @@ class LogManager:
             return False
         if move.step is not None:
             move.step.done.wait()
+        if self.cleaner is not None:
+            self.cleaner.resume((topic, partition))
         doomed = move.dest_dir / delete_dir_name(topic, partition)
         move.future.dir.rename(doomed)
         self._deleting.append((now_ms, move.future, doomed))
@@ -294,30 +345,77 @@ class LogManager:
                 if not step.done.is_set():
                     continue
                 move.step = None
+                move.recovery_point = move.future.recovery_point
                 if step.error is not None:
-                    logger.error("moving %s-%d to %s failed: %s", tp[0], tp[1], move.dest_dir, step.error)
-                    self.cancel_move(*tp, now_ms)
-                    continue
-            future = move.future
-            start_at = None
-            if current.truncations != move.truncations or not (
-                    current.log_start_offset <= future.log_end_offset <= current.log_end_offset):
-                start_at = current.log_start_offset       # truncated or passed by retention: start over
-                move.truncations = current.truncations
-            elif future.log_end_offset == current.log_end_offset:
-                self._swap(move, current, now_ms)
-                continue
-            offset = future.log_end_offset if start_at is None else start_at
-            try:
-                # One step appends at most a segment's worth: a follower append may not be larger.
-                step_bytes = min(STEP_BYTES, current.config.segment_bytes)
-                slices = current.read(offset, step_bytes) if offset < current.log_end_offset else []
-            except OffsetOutOfRangeError:
-                continue                                   # retention moved the start: next round
-            if self._mover is None:
-                self._mover = MoverThread()
-            move.step = CopyStep(slices, start_at, now_ms)
-            self._mover.submit(move, move.step)
+                    if not self._redo(move, current, step):
+                        logger.error("moving %s-%d to %s failed: %s", tp[0], tp[1], move.dest_dir, step.error)
+                        self.cancel_move(*tp, now_ms)
+                        continue
+                    logger.info("moving %s-%d: a step is redone: %s", tp[0], tp[1], step.error)
+            self._next_step(move, current, now_ms)
+
+    @staticmethod
+    def _redo(move: ReplicaMove, current: Log, step: CopyStep) -> bool:
+        """A failed step to be redone: its source went away, or the current log was truncated after
+        the step was handed over (the bytes read may be a mix of old and new). Nothing was appended:
+        an append parses and checks its whole buffer first."""
+        if isinstance(step.error, SourceChanged):
+            return True
+        return current.truncations != move.truncations and isinstance(step.error, StorageError)
+
+    def _next_step(self, move: ReplicaMove, current: Log, now_ms: int) -> None:
+        future = move.future
+        end = future.log_end_offset
+        start_at = truncate_to = None
+        if current.truncations != move.truncations:        # truncated, or resumed after a restart
+            move.truncations = current.truncations
+            agreed = agreed_offset(current, future)
+            if agreed is None:
+                start_at = current.log_start_offset
+            elif agreed < end:
+                truncate_to = end = agreed
+        if start_at is None and not current.log_start_offset <= end <= current.log_end_offset:
+            start_at = current.log_start_offset              # passed by retention: start over
+        if start_at is not None:
+            end, truncate_to = start_at, None
+        elif truncate_to is None and end == current.log_end_offset:
+            self._swap(move, current, now_ms)
+            return
+        try:
+            # One step appends at most a segment's worth: a follower append may not be larger.
+            step_bytes = min(STEP_BYTES, current.config.segment_bytes, future.config.segment_bytes)
+            slices = current.read(end, step_bytes) if end < current.log_end_offset else []
+        except OffsetOutOfRangeError:
+            return                                          # retention moved the start: next round
+        if start_at is None and truncate_to is None and \
+                sum(s.length for s in slices) <= min(FINAL_STEP_BYTES, step_bytes // 4):
+            self._finish_move(move, current, slices, now_ms)
+            return
+        if self._mover is None:
+            self._mover = MoverThread()
+        move.step = CopyStep(slices, start_at, now_ms, truncate_to)
+        if start_at is not None or truncate_to is not None:      # what the step cuts is not flushed
+            move.recovery_point = min(move.recovery_point, end)
+        self._mover.submit(move, move.step)
+
+    def _finish_move(self, move: ReplicaMove, current: Log, slices: list, now_ms: int) -> None:
+        """The future is a few batches short of a current log that keeps taking appends: copy those here,
+        between two appends (no step is in flight), and swap at once, as Kafka's alter-log-dirs thread
+        swaps under the partition's lock once its fetch reached the log end. A step handed over instead
+        would land after more appends, and the copy might never catch up."""
+        tp = move.key
+        try:
+            data = b"".join(s.read() for s in slices)
+            headers = list(iter_headers(data))
+            if not headers or headers[-1].next_offset != current.log_end_offset:
+                return                                      # not the whole tail after all: next round
+            move.future.append_as_follower(data, now_ms)
+            move.future.flush(now_ms)
+        except (OSError, StorageError, ProtocolError) as e:
+            logger.error("moving %s-%d to %s failed: %s", tp[0], tp[1], move.dest_dir, e)
+            self.cancel_move(*tp, now_ms)
+            return
+        self._swap(move, current, now_ms)
 
     def _swap(self, move: ReplicaMove, current: Log, now_ms: int) -> None:
         """The future log has caught up: it becomes the partition's log, in the destination dir."""
@@ -325,8 +423,6 @@ class LogManager:
         source_dir = self._dir_of[tp]
         future = move.future
         future.close()
-        if self.cleaner is not None:
-            self.cleaner.on_log_deleted(tp, current, source_dir)
         doomed = source_dir / delete_dir_name(*tp)
         final = move.dest_dir / partition_dir_name(*tp)
         try:
@@ -342,6 +438,8 @@ class LogManager:
             if doomed.exists() and not current.dir.exists():
                 doomed.rename(current.dir)
             del self._moves[tp]
+            if self.cleaner is not None:
+                self.cleaner.resume(tp)
             target = final if final.exists() and not future.dir.exists() else future.dir
             shutil.rmtree(target, ignore_errors=True)
             return
@@ -349,6 +447,9 @@ class LogManager:
         moved.producer_state.producer_id_expiration_ms = current.producer_state.producer_id_expiration_ms
         previous = current.adopt(moved)
         self._dir_of[tp] = move.dest_dir
+        if self.cleaner is not None:
+            self.cleaner.move_checkpoint(tp, source_dir, move.dest_dir)
+            self.cleaner.resume(tp)
         self._deleting.append((now_ms + previous.config.file_delete_delay_ms, previous, doomed))
         logger.info("%s-%d moved from %s to %s", tp[0], tp[1], source_dir, move.dest_dir)
 
@@ -366,7 +467,7 @@ class LogManager:
                 if not entry.is_dir() or entry.name.endswith(DELETE_DIR_SUFFIX):
                     continue
                 try:
-                    topic, partition = parse_partition_dir_name(entry.name)
+                    topic, partition = parse_log_dir_name(entry.name)   # current or future
                 except InvalidTopicError:
                     continue
                 if topic in topics:
@@ -438,7 +539,8 @@ class LogManager:
             log.flush(now_ms)
 
     def checkpoint_recovery_points(self) -> None:
-        self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point)
+        self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point,
+                                lambda move: move.recovery_point)
 
     def checkpoint_log_start_offsets(self) -> None:
         self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
@@ -446,10 +548,15 @@ class LogManager:
     def checkpoint_high_watermarks(self) -> None:
         self._write_checkpoints(REPLICATION_CHECKPOINT, lambda log: log.high_watermark)
 
-    def _write_checkpoints(self, name: str, value: Callable[[Log], int]) -> None:
+    def _write_checkpoints(self, name: str, value: Callable[[Log], int],
+                           future_value: Callable[[ReplicaMove], int] | None = None) -> None:
+        """Each dir's entries: its current logs and, given `future_value`, the future logs moving to it
+        (from what the owner knows of them: the mover thread may be changing the logs themselves)."""
         for log_dir in self.log_dirs:
             offsets = {tp: value(log) for tp, log in self._logs.items()
                        if self._dir_of[tp] == log_dir}
+            if future_value is not None:
+                offsets.update((tp, future_value(m)) for tp, m in self._moves.items() if m.dest_dir == log_dir)
             OffsetCheckpointFile(log_dir / name).write(offsets)
 
     def close(self, now_ms: int) -> None:
@@ -461,15 +568,18 @@ class LogManager:
             self.cleaner.shutdown()
         if self._mover is not None:
             self._mover.stop()
-        for move in self._moves.values():      # removed at the next start (the move is not resumed)
+        for move in self._moves.values():      # resumed at the next start
+            move.step = None
+            move.future.flush(now_ms)
+            move.recovery_point = move.future.recovery_point
             move.future.close()
-        self._moves.clear()
         for _, log in self.logs():
             log.flush(now_ms)
             log.close()
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()
+        self._moves.clear()
         self._remove_deleted_dirs(2**63 - 1)
         for log_dir in self.log_dirs:
             write_clean_shutdown_marker(log_dir)

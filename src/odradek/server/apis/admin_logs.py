@@ -5,8 +5,8 @@ API", "OffsetForLeaderEpoch API".
 - DescribeLogDirs: every log dir (absolute path) with the size of each partition in it, offset lag
   max(high watermark - log end offset, 0) (always 0 on a leader) and, from v4, the file system's total
   and usable bytes. A null topic list means every partition. A replica being moved shows in its
-  destination dir too, with is_future_key and the lag current log end - future log end, as in Kafka. No
-  cordoned dirs.
+  destination dir too, with is_future_key and the lag current log end - future log end, as in Kafka;
+  after a restart at once, the move being resumed where its copy stood. No cordoned dirs.
 - AlterReplicaLogDirs: moves each named replica to the named log dir of this broker (by absolute
   path), in the background (`storage/log_mover.py`): NONE once the move is under way (or nothing is
   to be done), LOG_DIR_NOT_FOUND for a path that is not one of log.dirs, KAFKA_STORAGE_ERROR for a
