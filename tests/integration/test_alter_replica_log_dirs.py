@@ -16,7 +16,7 @@ from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 
 from .clients import confluent_config, consume_confluent, wait_until
-from .conftest import _LIVE, Broker
+from .conftest import Broker, live
 
 HOUR_MS = 3_600_000
 
@@ -32,15 +32,9 @@ def broker(tmp_path_factory):
                         "log.flush.start.offset.checkpoint.interval.ms": str(HOUR_MS),
                         "replica.high.watermark.checkpoint.interval.ms": str(HOUR_MS)})
     b.dirs = [os.path.abspath(d) for d in dirs]
-    _LIVE.append(b)
-    try:
+    with live(b):
         b.start()
         yield b
-    finally:
-        try:
-            b.shutdown_and_check()
-        finally:
-            _LIVE.remove(b)
 
 
 @pytest.fixture(scope="module")
