@@ -25,6 +25,20 @@ def cluster(zookeeper, tmp_path_factory):
         c.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def _every_broker_back(cluster):
+    """A test that fails after killing a broker leaves it down: it is started again here, so the next
+    test still gets the whole cluster (the module's promise) and one failure does not become several."""
+    yield
+    down = [b for b in cluster.brokers if not b.running]
+    for b in down:
+        log.warning("restarting %s, left down by the test", b)
+        b.start()
+    if down:
+        wait_for("every broker registered again", lambda: len(cluster.metadata().brokers) == len(cluster.brokers),
+                 timeout=60)
+
+
 def _all_in_sync(cluster: Cluster, topic: str, replicas: int = 3) -> bool:
     states = cluster.partition_states(topic)
     return bool(states) and all(p.leader >= 0 and len(p.isrs) == replicas for p in states.values())
