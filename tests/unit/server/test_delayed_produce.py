@@ -40,8 +40,11 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def _settle() -> None:
-    for _ in range(3):
+async def _registered(dp: DelayedProduces, entries: int, timeout: float = 5.0) -> None:
+    """Wait until the waiting tasks have registered `entries` entries (they run once the test yields)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while dp.waiting() != entries:
+        assert asyncio.get_running_loop().time() < deadline, f"{dp.waiting()} entries, not {entries}"
         await asyncio.sleep(0)
 
 
@@ -51,12 +54,12 @@ def test_waiters_are_answered_in_offset_order_as_the_high_watermark_moves():
         dp: DelayedProduces[Part] = DelayedProduces(status)
         p = Part(("t", 0))
         tasks = [asyncio.ensure_future(dp.wait([(p, end)], [None], 30)) for end in (10, 20, 30)]
-        await _settle()
-        assert dp.waiting() == 3
+        await _registered(dp, 3)
         p.high_watermark = 20
         dp.check(p.key)
-        await _settle()
-        assert [t.done() for t in tasks] == [True, True, False]
+        assert dp.waiting() == 1
+        await asyncio.wait(tasks[:2])
+        assert not tasks[2].done()
         assert tasks[0].result() == [ErrorCode.NONE] and tasks[1].result() == [ErrorCode.NONE]
         p.high_watermark, p.isr_ok = 30, False
         dp.check(p.key)
@@ -71,7 +74,7 @@ def test_a_check_looks_at_the_answered_waiters_and_one_more_however_many_wait():
         dp: DelayedProduces[Part] = DelayedProduces(status)
         p = Part(("t", 0))
         tasks = [asyncio.ensure_future(dp.wait([(p, 100 + i)], [None], 30)) for i in range(32)]
-        await _settle()
+        await _registered(dp, 32)
         status.calls = 0
         for _ in range(10):               # follower fetches that do not move the high watermark
             dp.check(p.key)
@@ -79,8 +82,8 @@ def test_a_check_looks_at_the_answered_waiters_and_one_more_however_many_wait():
         status.calls = 0
         p.high_watermark = 102            # answers the waiters at 100, 101 and 102
         dp.check(p.key)
-        assert status.calls == 4
-        await _settle()
+        assert status.calls == 4 and dp.waiting() == 29
+        await asyncio.wait(tasks[:3])
         assert sum(t.done() for t in tasks) == 3
         p.high_watermark = 10_000
         dp.check(p.key)
@@ -93,11 +96,10 @@ def test_a_request_over_several_partitions_waits_for_all_of_them():
         dp: DelayedProduces[Part] = DelayedProduces(Status())
         a, b, c = Part(("t", 0)), Part(("t", 1)), Part(("u", 0))
         task = asyncio.ensure_future(dp.wait([(a, 5), (b, 7), (c, 3)], [None, None, ErrorCode.NONE], 30))
-        await _settle()
+        await _registered(dp, 2)
         a.high_watermark = 5
         dp.check(a.key)
-        await _settle()
-        assert not task.done()
+        assert dp.waiting() == 1 and not task.done()   # b's entry still waits
         b.leader = False                  # leadership of one partition moved away
         dp.check(b.key)
         assert await task == [ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NONE]
@@ -110,7 +112,7 @@ def test_leadership_lost_answers_every_waiter_of_the_partition():
         dp: DelayedProduces[Part] = DelayedProduces(Status())
         p = Part(("t", 0))
         tasks = [asyncio.ensure_future(dp.wait([(p, end)], [None], 30)) for end in (10, 20, 30)]
-        await _settle()
+        await _registered(dp, 3)
         p.leader = False
         dp.check(p.key)
         assert await asyncio.gather(*tasks) == [[ErrorCode.NOT_LEADER_OR_FOLLOWER]] * 3
@@ -123,7 +125,7 @@ def test_a_timeout_answers_request_timed_out_for_what_is_left_and_forgets_the_en
         a, b = Part(("t", 0)), Part(("t", 1))
         early = asyncio.ensure_future(dp.wait([(a, 5), (b, 5)], [None, None], 0.05))
         late = asyncio.ensure_future(dp.wait([(a, 6)], [None], 30))
-        await _settle()
+        await _registered(dp, 3)
         a.high_watermark = 5
         dp.check(a.key)
         assert await early == [ErrorCode.NONE, ErrorCode.REQUEST_TIMED_OUT]
@@ -140,7 +142,7 @@ def test_a_cancelled_waiter_leaves_nothing_behind():
         dp: DelayedProduces[Part] = DelayedProduces(Status())
         p = Part(("t", 0))
         task = asyncio.ensure_future(dp.wait([(p, 10)], [None], 30))
-        await _settle()
+        await _registered(dp, 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
