@@ -29,8 +29,10 @@ CLUSTER_OVERRIDES = {
 }
 
 
-def wait_for(what: str, condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.1) -> object:
-    """Poll `condition` until it returns something truthy; fail with `what` at the deadline."""
+def wait_for(what: str, condition: Callable[[], object], timeout: float = 60.0, interval: float = 0.1,
+             state: Callable[[], object] | None = None) -> object:
+    """Poll `condition` until it returns something truthy; fail with `what` at the deadline (and with
+    what `state` says then, for a condition whose failure needs more than its name to explain)."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -41,8 +43,14 @@ def wait_for(what: str, condition: Callable[[], object], timeout: float = 60.0, 
         except Exception as e:          # a broker going away mid-question: ask again
             last_error = e
         time.sleep(interval)
+    said = ""
+    if state is not None:
+        try:
+            said = f"; state: {state()}"
+        except Exception as e:
+            said = f"; state unknown: {e!r}"
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})"
-                                                                          if last_error else ""))
+                                                                          if last_error else "") + said)
 
 
 class Cluster:

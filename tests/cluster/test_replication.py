@@ -292,6 +292,11 @@ def test_a_consumer_protocol_group_goes_on_when_its_coordinator_dies(cluster):
         return {tp.partition: tp.offset for tp in members[0].committed(
             [TopicPartition("grouped-848", i) for i in range(4)], timeout=10)}
 
+    def group_state() -> dict:
+        return {"committed": committed(),
+                "members": [(c.memberid(), sorted((tp.partition, tp.offset) for tp in c.position(c.assignment())))
+                            for c in members]}
+
     def all_committed_at_the_end() -> bool:
         # Partitions may still move between the members (the second one's share, taken from the first
         # after it joined); each owner goes on from the group's committed offset.
@@ -310,7 +315,7 @@ def test_a_consumer_protocol_group_goes_on_when_its_coordinator_dies(cluster):
         cluster.brokers[coordinator].kill()
         wait_for("every record consumed", lambda: poll_all() >= 4000, timeout=120)
         wait_for("every partition committed at its end through the new coordinator", all_committed_at_the_end,
-                 timeout=90)
+                 timeout=90, state=group_state)
         after = committed()
         admin = cluster.admin()         # kept: a client destroyed first would leave the future unanswered
         described = admin.describe_consumer_groups(["survivors-848"])["survivors-848"].result(30)
