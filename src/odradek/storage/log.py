@@ -69,6 +69,32 @@ _U32 = struct.Struct(">I")
 _TIMESTAMP_TYPE_LOG_APPEND_TIME = 0x08
 
 
+@dataclass(frozen=True)
+class FlushJob:
+    """A flush of a log's segments up to `up_to`, to run on any thread (`Log.flush_job`). Files are
+    named by path: one renamed or deleted meanwhile (retention, a cleaned segment swapped in, which the
+    cleaner synced itself) is skipped."""
+    up_to: int
+    truncations: int
+    paths: tuple[Path, ...]
+    directory: Path
+
+    def run(self) -> None:
+        for path in self.paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        try:
+            fsync_dir(self.directory)
+        except FileNotFoundError:       # the partition was deleted meanwhile
+            pass
+
+
 @dataclass(frozen=True, slots=True)
 class LogAppendInfo:
     first_offset: int
@@ -591,16 +617,46 @@ class Log:
             self._recovery_point = up_to
         self._last_flush_ms = now_ms
 
-    def maybe_flush(self, now_ms: int) -> bool:
-        """The periodic flush: everything after flush.ms, else segments rolled since the last one."""
+    def flush_due(self, now_ms: int) -> int | None:
+        """Where the periodic flush should sync up to now: the log end after flush.ms, else the start
+        of the active segment when segments were rolled since the last flush; None: nothing due."""
         if self._log_end_offset > self._recovery_point \
                 and now_ms - self._last_flush_ms >= self.config.flush_ms:
-            self.flush(now_ms)
-            return True
+            return self._log_end_offset
         if self._recovery_point < self.active_segment.base_offset:
-            self.flush(now_ms, self.active_segment.base_offset)
-            return True
-        return False
+            return self.active_segment.base_offset
+        return None
+
+    def maybe_flush(self, now_ms: int) -> bool:
+        """The periodic flush, here and now (the broker's runs elsewhere: `flush_job`)."""
+        up_to = self.flush_due(now_ms)
+        if up_to is None:
+            return False
+        self.flush(now_ms, up_to)
+        return True
+
+    def flush_job(self, up_to_offset: int) -> FlushJob | None:
+        """`flush` in two halves, for a sync on another thread: the index entries of the segments
+        holding [recovery_point, up_to_offset) are written out now, and the job names the files to
+        sync; `flushed(job)` then moves the recovery point, here. None when nothing is to sync."""
+        up_to = min(up_to_offset, self._log_end_offset)
+        if up_to <= self._recovery_point:
+            return None
+        paths: list[Path] = []
+        for segment in self._segments[self._segment_index(self._recovery_point):]:
+            if segment.base_offset >= up_to:
+                break
+            segment.offset_index.persist()
+            segment.time_index.persist()
+            paths += [segment.log_path, segment.offset_index.path, segment.time_index.path]
+        return FlushJob(up_to, self.truncations, tuple(paths), self.dir)
+
+    def flushed(self, job: FlushJob, now_ms: int) -> None:
+        """`job` ran: the recovery point moves to its end, unless the log was truncated meanwhile
+        (what it synced may be gone, and what replaced it is not synced)."""
+        if job.truncations == self.truncations and job.up_to > self._recovery_point:
+            self._recovery_point = min(job.up_to, self._log_end_offset)
+        self._last_flush_ms = now_ms
 
     def _maybe_flush_messages(self, now_ms: int) -> None:
         if self._log_end_offset - self._recovery_point >= self.config.flush_messages:

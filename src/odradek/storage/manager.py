@@ -27,9 +27,14 @@ short (it becomes the partition's dir).
 No timers live here: the server calls `run_periodic(now_ms)` from its own timer and it runs whatever
 is due (the log cleaner's hand-offs: swaps of cleaned segments and new passes, retention every
 log.retention.check.interval.ms, checkpoints at their intervals, removal of `.deleted` files) and
-returns when it next wants to be called. The only threads are the cleaner's (`log.cleaner.threads`,
-started by the first `run_periodic`, stopped by `close`); they never call into a Log (cleaner.py); and
-the mover's, which appends to future logs only (log_mover.py).
+returns when it next wants to be called. The threads are the cleaner's (`log.cleaner.threads`,
+started by the first `run_periodic`, stopped by `close`); they never call into a Log (cleaner.py);
+the mover's, which appends to future logs only (log_mover.py); and the sync thread
+(background_sync.py), which runs the fsyncs of the periodic tasks: the caller is the broker's event
+loop, and an fsync under heavy writes takes hundreds of milliseconds. The checkpoints' entries and a
+flush's files are taken by the caller; a flush moves the log's recovery point in a later call, once
+its sync is done (`sync_background` waits for them). `close` waits for the sync thread, then flushes
+and writes every checkpoint itself.
 Flushing of rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only
 every log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does
 nothing there). Not thread-safe: one caller at a time.
@@ -48,6 +53,7 @@ from pathlib import Path
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records.header import iter_headers
 from odradek.storage import retention
+from odradek.storage.background_sync import BackgroundSyncer
 from odradek.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, \
     RECOVERY_POINT_CHECKPOINT, REPLICATION_CHECKPOINT, MetaProperties, OffsetCheckpointFile, \
     TopicPartition, fsync_dir, has_clean_shutdown_marker, read_meta_properties, \
@@ -102,6 +108,9 @@ class LogManager:
         self._preferred_dir: dict[TopicPartition, Path] = {}
         self._mover: MoverThread | None = None
         self._futures_found: list[_FoundFuture] = []
+        self._syncer = BackgroundSyncer("log-sync")
+        self._flushing: set[Log] = set()      # logs with a flush job on the sync thread
+        self._now_ms = 0                       # of the run_periodic under way, for completions
 
     @classmethod
     def open(cls, config: LogManagerConfig, *, now_ms: int, decompress: Decompress | None = None,
@@ -492,6 +501,8 @@ class LogManager:
 
     def run_periodic(self, now_ms: int) -> int:
         """Run the disk tasks that are due; return the time (ms) they next want to run."""
+        self._now_ms = now_ms
+        self._syncer.run_completions()
         if self.cleaner is not None:
             self.cleaner.run_owner_tasks(now_ms)
         if self._moves:
@@ -499,19 +510,19 @@ class LogManager:
         self._remove_deleted_dirs(now_ms)
         for _, log in self.logs():
             log.delete_expired_files(now_ms)
-            log.maybe_flush(now_ms)
+            self._flush_in_background(log, now_ms)
         c = self.config
         if now_ms >= self._due["retention"]:
             self.run_retention(now_ms)
             self._due["retention"] = now_ms + c.retention_check_interval_ms
         if now_ms >= self._due["recovery_points"]:
-            self.checkpoint_recovery_points()
+            self.checkpoint_recovery_points(background=True)
             self._due["recovery_points"] = now_ms + c.recovery_point_checkpoint_interval_ms
         if now_ms >= self._due["log_start_offsets"]:
-            self.checkpoint_log_start_offsets()
+            self.checkpoint_log_start_offsets(background=True)
             self._due["log_start_offsets"] = now_ms + c.log_start_offset_checkpoint_interval_ms
         if now_ms >= self._due["high_watermarks"]:
-            self.checkpoint_high_watermarks()
+            self.checkpoint_high_watermarks(background=True)
             self._due["high_watermarks"] = now_ms + c.high_watermark_checkpoint_interval_ms
         pending = [t for t, _, _ in self._deleting]
         pending += [t for _, log in self.logs() if (t := log.next_file_delete_ms) is not None]
@@ -538,26 +549,59 @@ class LogManager:
         for _, log in self.logs():
             log.flush(now_ms)
 
-    def checkpoint_recovery_points(self) -> None:
+    def checkpoint_recovery_points(self, *, background: bool = False) -> None:
         self._write_checkpoints(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point,
-                                lambda move: move.recovery_point)
+                                lambda move: move.recovery_point, background=background)
 
-    def checkpoint_log_start_offsets(self) -> None:
-        self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+    def checkpoint_log_start_offsets(self, *, background: bool = False) -> None:
+        self._write_checkpoints(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset,
+                                background=background)
 
-    def checkpoint_high_watermarks(self) -> None:
-        self._write_checkpoints(REPLICATION_CHECKPOINT, lambda log: log.high_watermark)
+    def checkpoint_high_watermarks(self, *, background: bool = False) -> None:
+        self._write_checkpoints(REPLICATION_CHECKPOINT, lambda log: log.high_watermark, background=background)
 
     def _write_checkpoints(self, name: str, value: Callable[[Log], int],
-                           future_value: Callable[[ReplicaMove], int] | None = None) -> None:
+                           future_value: Callable[[ReplicaMove], int] | None = None, *,
+                           background: bool = False) -> None:
         """Each dir's entries: its current logs and, given `future_value`, the future logs moving to it
-        (from what the owner knows of them: the mover thread may be changing the logs themselves)."""
+        (from what the owner knows of them: the mover thread may be changing the logs themselves).
+        The entries are taken now; with `background`, the file is written and synced on the sync
+        thread (after the writes of it submitted before, replacing one still waiting)."""
         for log_dir in self.log_dirs:
             offsets = {tp: value(log) for tp, log in self._logs.items()
                        if self._dir_of[tp] == log_dir}
             if future_value is not None:
                 offsets.update((tp, future_value(m)) for tp, m in self._moves.items() if m.dest_dir == log_dir)
-            OffsetCheckpointFile(log_dir / name).write(offsets)
+            checkpoint = OffsetCheckpointFile(log_dir / name)
+            if background:
+                self._syncer.submit(("checkpoint", checkpoint.path), lambda c=checkpoint, o=offsets: c.write(o),
+                                    lambda _result, error, c=checkpoint: error and logger.error(
+                                        "cannot write %s: %s", c.path, error))
+            else:
+                checkpoint.write(offsets)
+
+    def _flush_in_background(self, log: Log, now_ms: int) -> None:
+        """The periodic flush of `log` (rolled segments; everything after flush.ms), synced on the sync
+        thread; its recovery point moves when the sync is done (a later run_periodic)."""
+        if log in self._flushing:
+            return
+        up_to = log.flush_due(now_ms)
+        job = log.flush_job(up_to) if up_to is not None else None
+        if job is None:
+            return
+        self._flushing.add(log)
+
+        def done(_result: object, error: BaseException | None) -> None:
+            self._flushing.discard(log)
+            if error is not None:
+                logger.error("cannot flush %s up to offset %d: %s", log.dir.name, job.up_to, error)
+            else:
+                log.flushed(job, self._now_ms)
+        self._syncer.submit(("flush", log), job.run, done)
+
+    def sync_background(self, timeout: float | None = None) -> bool:
+        """Wait for the flushes and checkpoint writes on the sync thread, and apply what they did."""
+        return self._syncer.drain(timeout)
 
     def close(self, now_ms: int) -> None:
         """Clean shutdown: flush and close every log, write every checkpoint, then the markers."""
@@ -568,6 +612,8 @@ class LogManager:
             self.cleaner.shutdown()
         if self._mover is not None:
             self._mover.stop()
+        self._now_ms = now_ms
+        self._syncer.close()    # what it was writing done first: the checkpoints below are the last word
         for move in self._moves.values():      # resumed at the next start
             move.step = None
             move.future.flush(now_ms)

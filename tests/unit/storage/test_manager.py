@@ -98,8 +98,10 @@ def test_periodic_retention_and_checkpoints_with_a_fake_clock(tmp_path):
     next_due = manager.run_periodic(now)
     assert next_due == config.high_watermark_checkpoint_interval_ms
     assert len(log.segments) > 2
+    manager.sync_background()          # the flush of the rolled segments, on the sync thread
     now = 2 * HOUR
     manager.run_periodic(now)
+    manager.sync_background()          # the checkpoints, written there too
     assert len(log.segments) == 1
     assert log.log_start_offset == log.active_segment.base_offset
     assert checkpoint(tmp_path / "d0" / "replication-offset-checkpoint") == "0\n1\nt 0 60\n"
