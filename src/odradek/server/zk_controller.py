@@ -25,6 +25,7 @@ a time; a broker that does not answer is logged and gets everything again when i
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 from collections.abc import Iterable
 from dataclasses import replace
@@ -132,13 +133,18 @@ class ActiveController:
             affected = [k for k in self._all_keys()
                         if self._state(k).leader in gone or self._state(k).leader == NO_LEADER
                         or any(r in gone for r in self._state(k).isr)]
+            started = time.monotonic()
             changed = await self._elect(affected, live)
+            elected = time.monotonic()
             if joined:
                 await self._send_everything(live, leader_and_isr_to=joined, skip=changed)
             if changed:
                 await self._propagate(changed)
             elif gone:
                 await self._update_metadata(live, [])
+            if changed:
+                log.info("leaders elected: %d partition state(s) changed in %.0f ms, sent to the brokers in %.0f ms",
+                         len(changed), 1000 * (elected - started), 1000 * (time.monotonic() - elected))
 
     async def isr_changed(self) -> None:
         """Leaders recorded ISR changes: take them in and tell every broker."""
