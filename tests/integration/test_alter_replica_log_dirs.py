@@ -13,7 +13,7 @@ import time
 
 import kafka.errors as kerr
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, \
     NewTopic, ResourceType
 from kafka import TopicPartitionReplica
@@ -168,6 +168,9 @@ def test_a_move_goes_at_the_rate_the_dynamic_throttle_sets(broker, kadmin):
     total = placement(kadmin)[("throttled", 0, False)][1]["partition_size"]
     assert total > 16_000_000
     assert described(admin) == (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG.value)
+    with pytest.raises(KafkaException) as refused:      # Kafka's atLeast(0), refused as its ZooKeeper mode does
+        broker_config(admin, (THROTTLE, "-1", AlterConfigOpType.SET))
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
     # the cluster-wide default applies to this broker (set as kafka-configs --entity-default does)
     set_cluster_default(kadmin, THROTTLE, str(rate), op=0)
     assert described(admin) == (str(rate), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
