@@ -1,9 +1,11 @@
 """AlterReplicaLogDirs on a real cluster (seed 003, "AlterReplicaLogDirs API"; Kafka's future replica,
 which a restart resumes): three `odradek serve` processes with two log.dirs each, a topic of replication
 factor 3 under an acks=all idempotent confluent-kafka producer. kafka-python's alter_replica_log_dirs
-moves a follower's replica and the leader's to the other dir of their brokers while writes go on; the
-leader's broker is killed with SIGKILL mid-move and restarted: its future replica is back in
-DescribeLogDirs at once, resumed where its copy stood, and the move completes. Then every acknowledged
+moves a follower's replica and the leader's to the other dir of their brokers while writes go on,
+throttled by the cluster-wide `replica.alter.log.dirs.io.max.bytes.per.second` (a dynamic config every
+broker applies from its change notification); the leader's broker is killed with SIGKILL mid-move and
+restarted: its future replica is back in DescribeLogDirs at once, resumed where its copy stood, still
+throttled by the stored config, and the move completes once the throttle is removed. Then every acknowledged
 record is read back once, by a consumer and from the files of every replica; every replica has the same
 end offset (ListOffsets with Kafka's debugging replica id, asked of each broker) and size, and
 DescribeLogDirs shows each replica in its new dir with no future replica left."""
@@ -16,8 +18,10 @@ from pathlib import Path
 import kafka.errors as kerr
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin import IncrementalAlterConfigsRequest
 from kafka.protocol.consumer import ListOffsetsRequest
 
 from odradek.records import RecordBatch, iter_headers
@@ -26,8 +30,11 @@ from .cluster_support import Cluster, CountingProducer, read_all, wait_for
 
 TOPIC = "moving"
 SEGMENT_BYTES = 1024 * 1024               # the smallest segment.bytes: a copy step is one segment
-BULK_RECORDS, BULK_VALUE_BYTES = 2400, 10_000
+BULK_RECORDS, BULK_VALUE_BYTES = 800, 10_000
 DEBUGGING_REPLICA_ID = -2
+THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
+# Half a segment a second over 2 windows of 1 s: a move copies a segment about every 2 s
+RATE, QUOTA_WINDOWS = SEGMENT_BYTES // 2, 2
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +42,7 @@ def cluster(zookeeper, tmp_path_factory):
     c = Cluster(tmp_path_factory.mktemp("log-dirs-cluster"), zookeeper, 3)
     for b in c.brokers:
         b.overrides["log.dirs"] = f"{b.log_dir},{b.base_dir / 'data2'}"
+        b.overrides["alter.log.dirs.replication.quota.window.num"] = str(QUOTA_WINDOWS)
     try:
         c.start()
         yield c
@@ -69,6 +77,24 @@ def end_offset_on(kadmin: KafkaAdminClient, broker: int) -> int:
     (p,) = t.partitions
     assert p.error_code == 0, p
     return p.offset
+
+
+def set_cluster_default(kadmin: KafkaAdminClient, via: int, name: str, value: str | None) -> None:
+    """IncrementalAlterConfigs (SET, or DELETE for None) on the cluster-default broker resource "",
+    through one broker."""
+    request = IncrementalAlterConfigsRequest(resources=[(4, "", [(name, 0 if value is not None else 1, value)])],
+                                             validate_only=False)
+
+    async def send():
+        return await kadmin._manager.send(request, node_id=via)
+    (r,) = kadmin._manager.run(send).responses
+    assert r.error_code == 0, r
+
+
+def throttle_of(admin: AdminClient, broker: int) -> str:
+    """The move throttle broker `broker` applies, as its DescribeConfigs says."""
+    (f,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, str(broker))]).values()
+    return f.result(timeout=10)[THROTTLE].value
 
 
 def replica_on_disk(partition_dir: Path) -> list[tuple[int, int]]:
@@ -112,9 +138,13 @@ def test_replicas_move_while_written_and_a_move_killed_with_its_broker_resumes(c
     writer = CountingProducer(cluster.bootstrap, TOPIC, rate_per_s=300)
     writer.start()
     kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=15000)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     try:
-        bulk = bulk_write(cluster.bootstrap)           # about 24 MB: a copy of a few seconds
+        bulk = bulk_write(cluster.bootstrap)           # about 8 MB: at the rate, a copy of 16 s
         leader = cluster.leader_of(TOPIC, 0)
+        set_cluster_default(kadmin, leader, THROTTLE, str(RATE))
+        wait_for("every broker throttling moves", lambda: {throttle_of(admin, b) for b in range(3)} == {str(RATE)},
+                 timeout=30)
         follower, third = [b for b in range(3) if b != leader]
         source, dest = {}, {}
         for b in (leader, follower, third):
@@ -126,7 +156,7 @@ def test_replicas_move_while_written_and_a_move_killed_with_its_broker_resumes(c
                  TopicPartitionReplica(TOPIC, 0, follower): dest[follower]}
         assert kadmin.alter_replica_log_dirs(moves) == {tpr: kerr.NoError for tpr in moves}
 
-        # The leader's future replica, part copied: kill its broker there.
+        # The leader's future replica, part copied (a segment every 2 s): kill its broker there.
         def mid_move():
             future = placement(kadmin, leader).get(True)
             return future is not None and future[1]["partition_size"] >= 2 * SEGMENT_BYTES and future
@@ -151,6 +181,9 @@ def test_replicas_move_while_written_and_a_move_killed_with_its_broker_resumes(c
         assert right_after[True][1]["partition_size"] >= copied       # ... where its copy stood
         resumed = re.search(rf"{TOPIC}-0: resuming its move from \S+ to \S+ at offset (\d+)", broker.log_text(mark))
         assert resumed is not None and int(resumed.group(1)) > 0
+        assert throttle_of(admin, leader) == str(RATE)          # the stored throttle, applied at start
+        assert True in placement(kadmin, leader)               # and the move still under way
+        set_cluster_default(kadmin, leader, THROTTLE, None)
 
         def moved() -> bool:
             now = {b: placement(kadmin, b) for b in range(3)}

@@ -2,23 +2,31 @@
 kafka-python's KafkaAdminClient (`alter_replica_log_dirs`, `describe_log_dirs`): a replica moves to
 another dir while it takes writes (the future replica shows in DescribeLogDirs with is_future_key),
 every record is read back afterwards, and the errors Kafka gives (LOG_DIR_NOT_FOUND,
-REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR)."""
+REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR); a move throttled by
+`replica.alter.log.dirs.io.max.bytes.per.second`, set with IncrementalAlterConfigs on the cluster
+default and on the broker, shown by DescribeConfigs."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import kafka.errors as kerr
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, \
+    NewTopic, ResourceType
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin import IncrementalAlterConfigsRequest
 
 from .clients import confluent_config, consume_confluent, wait_until
 from .conftest import Broker, live
 
 HOUR_MS = 3_600_000
+MIB = 1024 * 1024
+THROTTLE = "replica.alter.log.dirs.io.max.bytes.per.second"
+QUOTA_WINDOWS = 2      # alter.log.dirs.replication.quota.window.num: of 1 s each
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +38,10 @@ def broker(tmp_path_factory):
     b.overrides.update({"log.dirs": ",".join(str(d) for d in dirs),
                         "log.flush.offset.checkpoint.interval.ms": str(HOUR_MS),
                         "log.flush.start.offset.checkpoint.interval.ms": str(HOUR_MS),
-                        "replica.high.watermark.checkpoint.interval.ms": str(HOUR_MS)})
+                        "replica.high.watermark.checkpoint.interval.ms": str(HOUR_MS),
+                        # the move throttle's rate over 2 windows of 1 s (Kafka: 11), so a move
+                        # of a few MiB goes at the rate after its first 1 s worth
+                        "alter.log.dirs.replication.quota.window.num": str(QUOTA_WINDOWS)})
     b.dirs = [os.path.abspath(d) for d in dirs]
     with live(b):
         b.start()
@@ -120,3 +131,75 @@ def test_a_replica_moves_to_another_log_dir_while_it_takes_writes(broker, kadmin
         assert placement(again)[("moving", 0, False)][0] == dest
     finally:
         again.close()
+
+
+def set_cluster_default(kadmin, name: str, value: str | None, op: int) -> None:
+    """IncrementalAlterConfigs on the cluster-default broker resource "" (kafka-python's request; neither
+    admin API names that resource)."""
+    async def call():
+        return await kadmin._manager.send(IncrementalAlterConfigsRequest(
+            resources=[(4, "", [(name, op, value)])], validate_only=False), node_id=0)
+    (r,) = kadmin._manager.run(call).responses
+    assert r.error_code == 0, r
+
+
+def broker_config(admin, *ops: tuple[str, str | None, AlterConfigOpType]) -> None:
+    entries = [ConfigEntry(k, v, incremental_operation=op) for k, v, op in ops]
+    (f,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0",
+                                                           incremental_configs=entries)]).values()
+    f.result(timeout=10)
+
+
+def described(admin) -> tuple[str, int]:
+    (f,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()
+    entry = f.result(timeout=10)[THROTTLE]
+    return entry.value, entry.source
+
+
+def test_a_move_goes_at_the_rate_the_dynamic_throttle_sets(broker, kadmin):
+    admin = AdminClient(confluent_config(broker.bootstrap))
+    rate = 2 * MIB                                      # bytes/s
+    create(broker, NewTopic("throttled", 1, 1, config={"segment.bytes": str(MIB)}))
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+    sent = [f"{i:06d}".encode() * 1700 for i in range(1600)]         # about 16 MiB, a step per MiB segment
+    for v in sent:
+        p.produce("throttled", v, partition=0)
+    assert p.flush(60) == 0
+    total = placement(kadmin)[("throttled", 0, False)][1]["partition_size"]
+    assert total > 16_000_000
+    assert described(admin) == (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG.value)
+    with pytest.raises(KafkaException) as refused:      # Kafka's atLeast(0), refused as its ZooKeeper mode does
+        broker_config(admin, (THROTTLE, "-1", AlterConfigOpType.SET))
+    assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    # the cluster-wide default applies to this broker (set as kafka-configs --entity-default does)
+    set_cluster_default(kadmin, THROTTLE, str(rate), op=0)
+    assert described(admin) == (str(rate), ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+
+    source = placement(kadmin)[("throttled", 0, False)][0]
+    dest = next(d for d in broker.dirs if d != source)
+    tpr = TopicPartitionReplica("throttled", 0, 0)
+    started = time.monotonic()
+    assert kadmin.alter_replica_log_dirs({tpr: dest}) == {tpr: kerr.NoError}
+    # A step copies a segment (1 MiB, half a second's worth): the future replica holds at most the
+    # rate over the time since the move began, plus what Kafka's windows let through at once (2 s
+    # worth) and one step. Unthrottled, the whole of it is there within about 2 s (a step a round).
+    sizes = []
+    while (elapsed := time.monotonic() - started) < 4.0:
+        now = placement(kadmin)
+        assert ("throttled", 0, True) in now, f"the move finished after {elapsed:.1f} s: {sizes}"
+        size = now[("throttled", 0, True)][1]["partition_size"]
+        assert size <= rate * (time.monotonic() - started + QUOTA_WINDOWS) + MIB, (elapsed, size, sizes)
+        sizes.append((elapsed, size))
+    grown = [size for elapsed, size in sizes if elapsed >= 1.0]
+    assert 0 < grown[0] < grown[-1] < total, sizes             # growing, not done
+    # raised on this broker (over the default): the rest goes at once
+    broker_config(admin, (THROTTLE, str(1024 * MIB), AlterConfigOpType.SET))
+    assert described(admin) == (str(1024 * MIB), ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    wait_until(lambda: ("throttled", 0, True) not in placement(kadmin), 15, "the move to finish")
+    after = placement(kadmin)
+    assert after[("throttled", 0, False)][0] == dest and after[("throttled", 0, False)][1]["partition_size"] == total
+    broker_config(admin, (THROTTLE, None, AlterConfigOpType.DELETE))
+    set_cluster_default(kadmin, THROTTLE, None, op=1)
+    assert described(admin) == (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG.value)
+    got = consume_confluent(broker.bootstrap, "throttled", [0], timeout=60)
+    assert [r.value for r in got] == sent

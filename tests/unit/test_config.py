@@ -429,3 +429,26 @@ def test_cluster_id() -> None:
     assert is_valid_cluster_id(cluster_id)
     assert not is_valid_cluster_id("not-a-cluster-id")
     assert not is_valid_cluster_id("")
+
+
+def test_the_log_dir_move_throttle_is_a_dynamic_long_of_at_least_zero() -> None:
+    """`replica.alter.log.dirs.io.max.bytes.per.second` as Kafka defines it: LONG, Long.MAX_VALUE (no
+    throttle), atLeast(0), per broker or cluster-wide default; its windows are read-only."""
+    name = "replica.alter.log.dirs.io.max.bytes.per.second"
+    entry, = BrokerConfig().describe([name])
+    assert entry.value_string == "9223372036854775807" and entry.type is ConfigType.LONG
+    assert entry.source is S.DEFAULT_CONFIG and not entry.read_only
+    default = BrokerConfig().with_dynamic(dynamic_default={name: "0"})
+    assert default.get(name) == 0
+    per_broker = default.with_dynamic(dynamic_broker={name: "1048576"})
+    entry, = per_broker.describe([name])
+    assert per_broker.get(name) == 1048576 and entry.source is S.DYNAMIC_BROKER_CONFIG
+    assert synonyms(entry) == [(name, "1048576", S.DYNAMIC_BROKER_CONFIG), (name, "0", S.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                               (name, "9223372036854775807", S.DEFAULT_CONFIG)]
+    with pytest.raises(ConfigError, match="Value must be at least 0"):
+        BrokerConfig().with_dynamic(dynamic_broker={name: "-1"})
+    windows = BrokerConfig({"alter.log.dirs.replication.quota.window.num": "2"}).describe(
+        ["alter.log.dirs.replication.quota.window.num", "alter.log.dirs.replication.quota.window.size.seconds"])
+    assert [(e.value, e.read_only) for e in windows] == [(2, True), (1, True)]
+    with pytest.raises(ConfigError):
+        BrokerConfig().with_dynamic(dynamic_broker={"alter.log.dirs.replication.quota.window.num": "2"})

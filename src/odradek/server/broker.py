@@ -253,6 +253,9 @@ class Broker:
             high_watermark_checkpoint_interval_ms=c.get("replica.high.watermark.checkpoint.interval.ms"),
             log_defaults=self.log_config_for(None),
             cleaner=cleaner_config(c),
+            move_max_bytes_per_second=c.get("replica.alter.log.dirs.io.max.bytes.per.second"),
+            move_quota_window_num=c.get("alter.log.dirs.replication.quota.window.num"),
+            move_quota_window_size_seconds=c.get("alter.log.dirs.replication.quota.window.size.seconds"),
         )
 
     def _advertised(self, ep: Endpoint) -> tuple[str, int]:

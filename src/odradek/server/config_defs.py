@@ -549,6 +549,13 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     K("quota.window.size.seconds", INT, 1, LOW, AtLeast(1), "Client quota sample length."),
     K("replication.quota.window.num", INT, 11, LOW, AtLeast(1), "Replication quota samples kept."),
     K("replication.quota.window.size.seconds", INT, 1, LOW, AtLeast(1), "Replication quota sample length."),
+    K("alter.log.dirs.replication.quota.window.num", INT, 11, LOW, AtLeast(1),
+      "Samples kept of the rate of replica moves between log dirs."),
+    K("alter.log.dirs.replication.quota.window.size.seconds", INT, 1, LOW, AtLeast(1),
+      "Sample length of the rate of replica moves between log dirs."),
+    K("replica.alter.log.dirs.io.max.bytes.per.second", LONG, LONG_MAX, MEDIUM, AtLeast(0),
+      "Upper bound (bytes/s) on the disk I/O of replica moves between the log dirs of this broker; "
+      "Kafka reads it from dynamic config only.", dynamic=True),
     K("client.quota.callback.class", CLASS, None, LOW, None, "Custom quota callback; not supported."),
     # --- security: authorization
     K("authorizer.class.name", STRING, "", LOW, None, "Authorizer; empty disables ACL checks."),

@@ -72,6 +72,8 @@ class LogStore(Protocol):
 
     def update_cleaner_config(self, config: CleanerConfig) -> None: ...
 
+    def update_move_throttle(self, bytes_per_second: int) -> None: ...
+
 
 class EmbeddedController:
     def __init__(self, broker_id: int, store: EmbeddedStore, controller: Controller, logs: LogStore,
@@ -410,12 +412,13 @@ class EmbeddedController:
         self.store.multi(ops)
 
     def apply_dynamic_broker_configs(self, per_broker: dict[str, str] | None, default: dict[str, str] | None) -> None:
-        """Recorded dynamic layers (None: unchanged) in the image, the logs and the cleaner. Raises
-        ConfigError if they are not allowed."""
+        """Recorded dynamic layers (None: unchanged) in the image, the logs, the cleaner and the throttle
+        of replica moves between log dirs. Raises ConfigError if they are not allowed."""
         new = self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
         self.metadata.update(self.metadata.image.with_config(new))
         self.reconfigure_logs(None)
         self.logs.update_cleaner_config(cleaner_config(new))
+        self.logs.update_move_throttle(new.get("replica.alter.log.dirs.io.max.bytes.per.second"))
 
     @staticmethod
     def load_dynamic_broker_configs(store: MetadataStore, broker_id: int, config: BrokerConfig) -> BrokerConfig:

@@ -2,8 +2,9 @@
 
 `LogConfig` holds the topic-level settings a partition log obeys; `LogConfig.from_properties` reads the
 topic-level names (`segment.bytes`, `retention.ms`, `min.cleanable.dirty.ratio`, ...).
-`LogManagerConfig` holds the broker-wide intervals of the periodic tasks and the `CleanerConfig`
-(the `log.cleaner.*` keys, which have no topic-level form). Broker keys, their synonyms and
+`LogManagerConfig` holds the broker-wide intervals of the periodic tasks, the `CleanerConfig`
+(the `log.cleaner.*` keys, which have no topic-level form) and the throttle of replica moves between
+log dirs. Broker keys, their synonyms and
 precedence (`log.retention.hours` and friends) belong to `odradek.server.config`, which resolves a
 topic's effective values and hands them here by their topic-level names.
 """
@@ -139,9 +140,20 @@ class LogManagerConfig:
     high_watermark_checkpoint_interval_ms: int = 5_000  # replica.high.watermark.checkpoint.interval.ms
     log_defaults: LogConfig = field(default_factory=LogConfig)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)
+    # replica moves between log dirs: replica.alter.log.dirs.io.max.bytes.per.second (dynamic; Long.MAX: none),
+    # measured over alter.log.dirs.replication.quota.window.num windows of ...window.size.seconds
+    move_max_bytes_per_second: int = LONG_MAX
+    move_quota_window_num: int = 11
+    move_quota_window_size_seconds: int = 1
 
     def __post_init__(self) -> None:
         _check(len(self.log_dirs) >= 1, "log.dirs", self.log_dirs)
+        _check(self.move_max_bytes_per_second >= 0, "replica.alter.log.dirs.io.max.bytes.per.second",
+               self.move_max_bytes_per_second)
+        _check(self.move_quota_window_num >= 1, "alter.log.dirs.replication.quota.window.num",
+               self.move_quota_window_num)
+        _check(self.move_quota_window_size_seconds >= 1, "alter.log.dirs.replication.quota.window.size.seconds",
+               self.move_quota_window_size_seconds)
         for name in ("retention_check_interval_ms",
                      "recovery_point_checkpoint_interval_ms",
                      "log_start_offset_checkpoint_interval_ms",

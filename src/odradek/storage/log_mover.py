@@ -17,6 +17,15 @@ loop, through `LogManager.run_periodic`) and one mover thread share the work, as
   readable for fetches in flight until file.delete.delay.ms), the future dir renamed to
   `<topic>-<partition>` and opened, and the partition's Log object takes it over (`Log.adopt`).
 
+The steps handed over are throttled by the broker's `replica.alter.log.dirs.io.max.bytes.per.second`
+(dynamic; unset is Kafka's Long.MAX_VALUE, no throttle), one rate over every move of the broker as
+Kafka's alter-log-dirs threads share one quota, measured over
+`alter.log.dirs.replication.quota.window.num` windows of `...window.size.seconds` (quota.py): while
+the bytes counted are over the rate the owner hands no step over and looks again the next round (the
+event loop is never held), so a changed rate applies from the next step. The owner's own last copy
+before the swap is never held back, since holding it would let the appends run ahead again; its bytes
+count towards the rate. A cut of the future (below) is made at once; only its copy waits.
+
 When the current log was truncated (a follower's truncation to its leader), the future is cut back to
 where the two agree, found by their leader epochs as a follower finds where it leaves its leader
 (`agreed_offset`, Kafka's OffsetsForLeaderEpoch truncation); without epochs to tell, the copy starts

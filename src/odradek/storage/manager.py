@@ -20,9 +20,10 @@ removed once loading is done and written again by `close`, after every log is fl
 checkpoint written. A new partition goes to the dir AlterReplicaLogDirs named for it (before it
 existed), else to the dir holding the fewest partitions. A replica moves to another dir through a future
 log copied in the background (`alter_replica_log_dir`, log_mover.py); its steps are handed over and
-its swap made by `run_periodic`, the partition's cleaning paused meanwhile. A future dir found at start
-beside its current log is a move under way again (resumed where its copy stood); alone, a swap cut
-short (it becomes the partition's dir).
+its swap made by `run_periodic`, the partition's cleaning paused meanwhile and its steps held back
+while they go over `replica.alter.log.dirs.io.max.bytes.per.second` (`update_move_throttle`). A
+future dir found at start beside its current log is a move under way again (resumed where its copy
+stood); alone, a swap cut short (it becomes the partition's dir).
 
 No timers live here: the server calls `run_periodic(now_ms)` from its own timer and it runs whatever
 is due (the log cleaner's hand-offs: swaps of cleaned segments and new passes, retention every
@@ -67,6 +68,7 @@ from odradek.storage.log_mover import STEP_BYTES, CopyStep, MoverThread, Replica
     agreed_offset
 from odradek.storage.names import MAX_DIR_NAME_BYTES, future_dir_name, is_future_dir_name, \
     parse_log_dir_name, parse_partition_dir_name, partition_dir_name
+from odradek.storage.quota import ByteRateQuota
 from odradek.storage.timestamps import Decompress
 
 logger = logging.getLogger("odradek.storage")
@@ -111,6 +113,9 @@ class LogManager:
         self._syncer = BackgroundSyncer("log-sync")
         self._flushing: set[Log] = set()      # logs with a flush job on the sync thread
         self._now_ms = 0                       # of the run_periodic under way, for completions
+        # replica.alter.log.dirs.io.max.bytes.per.second: one rate over the bulk steps of every move
+        self.move_quota = ByteRateQuota(config.move_max_bytes_per_second, config.move_quota_window_num,
+                                        config.move_quota_window_size_seconds * 1000)
 
     @classmethod
     def open(cls, config: LogManagerConfig, *, now_ms: int, decompress: Decompress | None = None,
@@ -323,6 +328,10 @@ class LogManager:
         logger.info("moving %s-%d from %s to %s", topic, partition, self._dir_of[tp], dest)
         return True
 
+    def update_move_throttle(self, bytes_per_second: int) -> None:
+        """Dynamic `replica.alter.log.dirs.io.max.bytes.per.second`: the next step of every move obeys it."""
+        self.move_quota.update(bytes_per_second)
+
     def future_logs(self) -> Iterator[tuple[TopicPartition, Log, Path]]:
         """The future logs of the moves under way: (partition, future log, its destination dir)."""
         return iter([(tp, m.future, m.dest_dir) for tp, m in self._moves.items()])
@@ -396,10 +405,15 @@ class LogManager:
             slices = current.read(end, step_bytes) if end < current.log_end_offset else []
         except OffsetOutOfRangeError:
             return                                          # retention moved the start: next round
-        if start_at is None and truncate_to is None and \
-                sum(s.length for s in slices) <= min(FINAL_STEP_BYTES, step_bytes // 4):
-            self._finish_move(move, current, slices, now_ms)
+        nbytes = sum(s.length for s in slices)
+        if start_at is None and truncate_to is None and nbytes <= min(FINAL_STEP_BYTES, step_bytes // 4):
+            self._finish_move(move, current, slices, now_ms)       # never throttled: see _finish_move
             return
+        if slices and self.move_quota.exceeded(now_ms):
+            if start_at is None and truncate_to is None:
+                return                                      # over the rate: a later round copies
+            slices, nbytes = [], 0                          # the cut is made now, the copy later
+        self.move_quota.record(nbytes, now_ms)
         if self._mover is None:
             self._mover = MoverThread()
         move.step = CopyStep(slices, start_at, now_ms, truncate_to)
@@ -411,7 +425,8 @@ class LogManager:
         """The future is a few batches short of a current log that keeps taking appends: copy those here,
         between two appends (no step is in flight), and swap at once, as Kafka's alter-log-dirs thread
         swaps under the partition's lock once its fetch reached the log end. A step handed over instead
-        would land after more appends, and the copy might never catch up."""
+        would land after more appends, and the copy might never catch up. So this copy is not
+        throttled (its bytes count towards the rate all the same), unlike the steps before it."""
         tp = move.key
         try:
             data = b"".join(s.read() for s in slices)
@@ -420,6 +435,7 @@ class LogManager:
                 return                                      # not the whole tail after all: next round
             move.future.append_as_follower(data, now_ms)
             move.future.flush(now_ms)
+            self.move_quota.record(len(data), now_ms)
         except (OSError, StorageError, ProtocolError) as e:
             logger.error("moving %s-%d to %s failed: %s", tp[0], tp[1], move.dest_dir, e)
             self.cancel_move(*tp, now_ms)

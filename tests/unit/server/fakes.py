@@ -232,6 +232,9 @@ class MemoryLogs:
     def update_cleaner_config(self, config: object) -> None:
         self.cleaner_config = config
 
+    def update_move_throttle(self, bytes_per_second: int) -> None:
+        self.move_throttle = bytes_per_second
+
     def delete_log(self, topic: str, partition: int, now_ms: int, *, sync: bool = True) -> bool:
         if self.opened.pop((topic, partition), None) is None:
             return False
