@@ -60,9 +60,22 @@ def create(broker, topic: NewTopic) -> None:
     admin.create_topics([topic])[topic.topic].result(timeout=10)
 
 
+def ready(call):
+    """`call()`, asked again while kafka-python has no connection ready: the module's admin client
+    reconnects with a backoff after a test restarted the broker."""
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return call()
+        except (kerr.NodeNotReadyError, kerr.KafkaConnectionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def placement(kadmin) -> dict[tuple[str, int, bool], tuple[str, dict]]:
     """(topic, partition, is_future) -> (log dir, the partition's entry), as DescribeLogDirs says."""
-    (answer,) = kadmin.describe_log_dirs()
+    (answer,) = ready(kadmin.describe_log_dirs)
     out = {}
     for d in answer["log_dirs"]:
         assert d["error_code"] == 0, d
@@ -139,7 +152,7 @@ def set_cluster_default(kadmin, name: str, value: str | None, op: int) -> None:
     async def call():
         return await kadmin._manager.send(IncrementalAlterConfigsRequest(
             resources=[(4, "", [(name, op, value)])], validate_only=False), node_id=0)
-    (r,) = kadmin._manager.run(call).responses
+    (r,) = ready(lambda: kadmin._manager.run(call)).responses
     assert r.error_code == 0, r
 
 
@@ -179,7 +192,7 @@ def test_a_move_goes_at_the_rate_the_dynamic_throttle_sets(broker, kadmin):
     dest = next(d for d in broker.dirs if d != source)
     tpr = TopicPartitionReplica("throttled", 0, 0)
     started = time.monotonic()
-    assert kadmin.alter_replica_log_dirs({tpr: dest}) == {tpr: kerr.NoError}
+    assert ready(lambda: kadmin.alter_replica_log_dirs({tpr: dest})) == {tpr: kerr.NoError}
     # A step copies a segment (1 MiB, half a second's worth): the future replica holds at most the
     # rate over the time since the move began, plus what Kafka's windows let through at once (2 s
     # worth) and one step. Unthrottled, the whole of it is there within about 2 s (a step a round).
