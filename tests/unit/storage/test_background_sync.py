@@ -8,6 +8,7 @@ import pytest
 
 from odradek.storage.background_sync import BackgroundSyncer
 from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.log import Log
 from odradek.storage.manager import LogManager
 from tests.unit.storage.logutil import SMALL, produce
 
@@ -31,17 +32,19 @@ def held_fsync(monkeypatch):
     gate.set()
 
 
-def open_manager(tmp_path) -> LogManager:
+def manager_with_a_log(tmp_path, batches: int) -> tuple[LogManager, Log]:
+    """A log manager on one dir, holding partition t-0 with `batches` batches of 150 bytes."""
     config = LogManagerConfig(log_dirs=(str(tmp_path / "d0"),), log_defaults=LogConfig(**SMALL),
                               high_watermark_checkpoint_interval_ms=HB_INTERVAL)
-    return LogManager.open(config, now_ms=0)
+    manager = LogManager.open(config, now_ms=0)
+    log = manager.get_or_create_log("t", 0, now_ms=0)
+    produce(log, batches, size=150)
+    return manager, log
 
 
 def test_rolled_segments_are_synced_off_the_calling_thread(tmp_path, held_fsync):
     gate, callers = held_fsync
-    manager = open_manager(tmp_path)
-    log = manager.get_or_create_log("t", 0, now_ms=0)
-    produce(log, 40, size=150)
+    manager, log = manager_with_a_log(tmp_path, 40)
     assert len(log.segments) > 2
     callers.clear()
     manager.run_periodic(0)                 # returns with the sync thread held at the gate
@@ -60,9 +63,7 @@ def test_rolled_segments_are_synced_off_the_calling_thread(tmp_path, held_fsync)
 
 def test_checkpoints_are_written_off_the_calling_thread_and_the_latest_wins(tmp_path, held_fsync):
     gate, callers = held_fsync
-    manager = open_manager(tmp_path)
-    log = manager.get_or_create_log("t", 0, now_ms=0)
-    produce(log, 5, size=150)
+    manager, log = manager_with_a_log(tmp_path, 5)
     path = tmp_path / "d0" / "replication-offset-checkpoint"
     log.update_high_watermark(2)
     callers.clear()
@@ -80,9 +81,7 @@ def test_checkpoints_are_written_off_the_calling_thread_and_the_latest_wins(tmp_
 
 def test_a_truncation_during_the_sync_keeps_the_recovery_point_back(tmp_path, held_fsync):
     gate, _ = held_fsync
-    manager = open_manager(tmp_path)
-    log = manager.get_or_create_log("t", 0, now_ms=0)
-    produce(log, 40, size=150)
+    manager, log = manager_with_a_log(tmp_path, 40)
     synced_to = log.active_segment.base_offset
     manager.run_periodic(0)
     log.truncate_to(3, now_ms=0)            # a follower truncating while the flush is under way
@@ -98,9 +97,7 @@ def test_a_truncation_during_the_sync_keeps_the_recovery_point_back(tmp_path, he
 
 def test_close_waits_for_the_sync_thread_then_writes_the_last_checkpoints(tmp_path, held_fsync):
     gate, _ = held_fsync
-    manager = open_manager(tmp_path)
-    log = manager.get_or_create_log("t", 0, now_ms=0)
-    produce(log, 5, size=150)
+    manager, log = manager_with_a_log(tmp_path, 5)
     log.update_high_watermark(2)
     manager.run_periodic(HB_INTERVAL)       # an old high watermark checkpoint, held at the gate
     log.update_high_watermark(5)
