@@ -17,18 +17,21 @@ HB_INTERVAL = 5_000
 
 @pytest.fixture
 def held_fsync(monkeypatch):
-    """os.fsync that records the calling thread and, on the sync thread, waits for `gate`."""
+    """os.fsync that records the calling thread (in `callers`, and with the file's name in `synced`)
+    and, on the sync thread, waits for `gate`."""
     gate = threading.Event()
     callers: list[str] = []
     real = os.fsync
 
     def fsync(fd: int) -> None:
         callers.append(threading.current_thread().name)
+        synced.append((threading.current_thread().name, os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
         if threading.current_thread().name == "log-sync":
             assert gate.wait(10), "the gate was never opened"
         real(fd)
+    synced: list[tuple[str, str]] = []
     monkeypatch.setattr(os, "fsync", fsync)
-    yield gate, callers
+    yield gate, callers, synced
     gate.set()
 
 
@@ -43,7 +46,7 @@ def manager_with_a_log(tmp_path, batches: int) -> tuple[LogManager, Log]:
 
 
 def test_rolled_segments_are_synced_off_the_calling_thread(tmp_path, held_fsync):
-    gate, callers = held_fsync
+    gate, callers, _ = held_fsync
     manager, log = manager_with_a_log(tmp_path, 40)
     assert len(log.segments) > 2
     callers.clear()
@@ -62,7 +65,7 @@ def test_rolled_segments_are_synced_off_the_calling_thread(tmp_path, held_fsync)
 
 
 def test_checkpoints_are_written_off_the_calling_thread_and_the_latest_wins(tmp_path, held_fsync):
-    gate, callers = held_fsync
+    gate, callers, _ = held_fsync
     manager, log = manager_with_a_log(tmp_path, 5)
     path = tmp_path / "d0" / "replication-offset-checkpoint"
     log.update_high_watermark(2)
@@ -80,7 +83,7 @@ def test_checkpoints_are_written_off_the_calling_thread_and_the_latest_wins(tmp_
 
 
 def test_a_truncation_during_the_sync_keeps_the_recovery_point_back(tmp_path, held_fsync):
-    gate, _ = held_fsync
+    gate, *_ = held_fsync
     manager, log = manager_with_a_log(tmp_path, 40)
     synced_to = log.active_segment.base_offset
     manager.run_periodic(0)
@@ -95,16 +98,23 @@ def test_a_truncation_during_the_sync_keeps_the_recovery_point_back(tmp_path, he
     manager.close(now_ms=200)
 
 
-def test_close_waits_for_the_sync_thread_then_writes_the_last_checkpoints(tmp_path, held_fsync):
-    gate, _ = held_fsync
+def test_close_waits_for_the_sync_thread_then_writes_the_last_checkpoints(tmp_path, held_fsync, monkeypatch):
+    gate, _, synced = held_fsync
     manager, log = manager_with_a_log(tmp_path, 5)
     log.update_high_watermark(2)
     manager.run_periodic(HB_INTERVAL)       # an old high watermark checkpoint, held at the gate
     log.update_high_watermark(5)
-    opener = threading.Timer(0.2, gate.set)
-    opener.start()
+    syncer = manager._syncer
+    closing = syncer.close
+
+    def close_opening_the_gate(timeout: float | None = None) -> None:
+        gate.set()                          # the held job goes on only once close waits for it
+        closing(timeout)
+    monkeypatch.setattr(syncer, "close", close_opening_the_gate)
     manager.close(now_ms=2 * HB_INTERVAL)
-    assert gate.is_set()                    # close returned only once the held job could finish
+    # the old checkpoint was written by the sync thread before close wrote the last one itself
+    writers = [thread for thread, name in synced if name == "replication-offset-checkpoint.tmp"]
+    assert writers == ["log-sync", "MainThread"], synced
     assert (tmp_path / "d0" / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 5\n"
     assert (tmp_path / "d0" / "recovery-point-offset-checkpoint").read_text() == "0\n1\nt 0 5\n"
 
