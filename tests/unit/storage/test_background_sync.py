@@ -17,18 +17,18 @@ HB_INTERVAL = 5_000
 
 @pytest.fixture
 def held_fsync(monkeypatch):
-    """os.fsync that records the calling thread (in `callers`, and with the file's name in `synced`)
-    and, on the sync thread, waits for `gate`."""
+    """os.fsync that records the calling thread (in `callers` when called; with the file's name in
+    `synced` when done) and, on the sync thread, waits for `gate`."""
     gate = threading.Event()
     callers: list[str] = []
     real = os.fsync
 
     def fsync(fd: int) -> None:
         callers.append(threading.current_thread().name)
-        synced.append((threading.current_thread().name, os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
         if threading.current_thread().name == "log-sync":
             assert gate.wait(10), "the gate was never opened"
         real(fd)
+        synced.append((threading.current_thread().name, os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))))
     synced: list[tuple[str, str]] = []
     monkeypatch.setattr(os, "fsync", fsync)
     yield gate, callers, synced
