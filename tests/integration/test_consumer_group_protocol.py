@@ -16,8 +16,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .cli_support import odradek
 from .groups_support import (
-    Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, ownership_intervals, wait_caught_up,
+    RETRIABLE_DESCRIBE, Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, ownership_intervals,
+    wait_caught_up,
 )
+from .groups_support import describe as describe_view     # (state, partitions by client id)
 
 SESSION_MS = 6000
 BROKER_OVERRIDES = {
@@ -38,14 +40,17 @@ def create_topic(admin: AdminClient, name: str, partitions: int = PARTITIONS) ->
         f.result(30)
 
 
-def describe(admin: AdminClient, group: str):
-    return admin.describe_consumer_groups([group], request_timeout=10)[group].result()
-
-
-def broker_view(admin: AdminClient, group: str) -> tuple[str, dict[str, list[int]]]:
-    d = describe(admin, group)
-    return d.state.name, {m.client_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
-                          for m in d.members}
+def describe(admin: AdminClient, group: str, timeout: float = 30.0):
+    """The group's description, asked again while the coordinator answers one of RETRIABLE_DESCRIBE
+    (librdkafka hands them to the caller)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+        except ck.KafkaException as e:
+            if not (e.args and e.args[0].name() in RETRIABLE_DESCRIBE) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 class Sampler:
@@ -63,7 +68,7 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                _, view = broker_view(self.admin, self.group)
+                _, view = describe_view(self.admin, self.group)
             except ck.KafkaException:
                 time.sleep(0.05)
                 continue
@@ -86,7 +91,7 @@ def wait_stable(admin, group, members: list[Member], timeout: float, partitions:
     while True:
         for m in members:
             assert m.alive, f"{m.name} died: {m.stderr()}"
-        state, view = broker_view(admin, group)
+        state, view = describe_view(admin, group)
         mine = {m.name: sorted(m.owned()) for m in members}
         if state == "STABLE" and view == mine:
             owned = sorted(p for ps in view.values() for p in ps)
@@ -342,8 +347,8 @@ def test_paused_member_loses_its_partitions_and_rejoins(broker, tmp_path):
         b.proc.send_signal(signal.SIGSTOP)
         paused[b.label] = time.time()
         deadline = time.monotonic() + SESSION_MS / 1000 + 15
-        while broker_view(admin, group)[1] != {"a": list(range(PARTITIONS))}:
-            assert time.monotonic() < deadline, broker_view(admin, group)
+        while describe_view(admin, group)[1] != {"a": list(range(PARTITIONS))}:
+            assert time.monotonic() < deadline, describe_view(admin, group)
             time.sleep(0.2)
         b.proc.send_signal(signal.SIGCONT)
         wait_stable(admin, group, [a, b], 30)
