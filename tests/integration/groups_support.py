@@ -452,6 +452,21 @@ def assert_nothing_skipped(acked: dict[int, set[int]], members: list[Member]) ->
 RETRIABLE_DESCRIBE = {"COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR"}
 
 
+def describe_group(admin, group: str, timeout: float = 30.0):
+    """The group's full description (confluent-kafka's ConsumerGroupDescription), asked again while
+    the coordinator answers one of RETRIABLE_DESCRIBE."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+        except KafkaException as e:
+            if not (e.args and e.args[0].name() in RETRIABLE_DESCRIBE) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
 def describe(admin, group: str) -> tuple[str, dict[str, list[int]]]:
     """The group's state and each member's assignment (by client id), as the broker describes it;
     ("LOADING", {}) while the coordinator answers one of RETRIABLE_DESCRIBE."""

@@ -90,6 +90,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from odradek.client.assignors import RangeAssignor, RoundRobinAssignor, Subscription  # noqa: E402
 from odradek.client.group import FencedInstanceIdError  # noqa: E402
 
+from .groups_support import describe_group  # noqa: E402
 from .groups_support import (  # noqa: E402
     SESSION_TIMEOUT_MS, Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, wait_caught_up,
     wait_stable,
@@ -180,7 +181,7 @@ def groups(broker, tmp_path):
 
 def members_of(admin, group: str) -> list[tuple[str, str, list[int]]]:
     """(member id, client id, partitions) of every member, as the broker describes the group."""
-    d = admin.describe_consumer_groups([group], request_timeout=10)[group].result()
+    d = describe_group(admin, group)
     return [(m.member_id, m.client_id, sorted(tp.partition for tp in m.assignment.topic_partitions))
             for m in d.members]
 

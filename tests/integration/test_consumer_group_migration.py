@@ -11,6 +11,7 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
+from .groups_support import describe_group
 from .groups_support import (
     GROUP_REQUEST_LOGGERS, Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, create_topic,
     describe, wait_caught_up, wait_stable,
@@ -27,7 +28,7 @@ PARTITIONS = 6
 
 
 def group_type(admin: AdminClient, group: str) -> str:
-    return admin.describe_consumer_groups([group], request_timeout=10)[group].result().type.name
+    return describe_group(admin, group).type.name
 
 
 def test_rolling_upgrade_then_downgrade_keeps_consuming(broker, tmp_path, record_property):

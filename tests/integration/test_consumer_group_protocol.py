@@ -16,10 +16,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .cli_support import odradek
 from .groups_support import (
-    RETRIABLE_DESCRIBE, Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, ownership_intervals,
+    Member, ProducerThread, assert_no_two_owners, assert_nothing_skipped, ownership_intervals,
     wait_caught_up,
 )
 from .groups_support import describe as describe_view     # (state, partitions by client id)
+from .groups_support import describe_group
 
 SESSION_MS = 6000
 BROKER_OVERRIDES = {
@@ -38,19 +39,6 @@ def admin_for(broker) -> AdminClient:
 def create_topic(admin: AdminClient, name: str, partitions: int = PARTITIONS) -> None:
     for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
         f.result(30)
-
-
-def describe(admin: AdminClient, group: str, timeout: float = 30.0):
-    """The group's description, asked again while the coordinator answers one of RETRIABLE_DESCRIBE
-    (librdkafka hands them to the caller)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return admin.describe_consumer_groups([group], request_timeout=10)[group].result()
-        except ck.KafkaException as e:
-            if not (e.args and e.args[0].name() in RETRIABLE_DESCRIBE) or time.monotonic() > deadline:
-                raise
-        time.sleep(0.1)
 
 
 class Sampler:
@@ -180,7 +168,7 @@ def test_regex_subscription_picks_up_a_new_topic(broker):
         create_topic(admin, "rx-second", 3)
         create_topic(admin, "other-topic", 1)
         wait_for({("rx-first", 0), ("rx-first", 1), ("rx-second", 0), ("rx-second", 1), ("rx-second", 2)}, 30)
-        d = describe(admin, "kip848-regex")
+        d = describe_group(admin, "kip848-regex")
         (m,) = d.members
         assert {tp.topic for tp in m.target_assignment.topic_partitions} == {"rx-first", "rx-second"}
     finally:
@@ -225,7 +213,7 @@ def test_group_and_offsets_survive_a_broker_kill_and_restart(broker_factory):
         c.commit(asynchronous=False)
         before = committed_offsets(admin)
         assert before == {i: 10 for i in range(4)}
-        member_before = [m.member_id for m in describe(admin, group).members]
+        member_before = [m.member_id for m in describe_group(admin, group).members]
 
         log_at = b.log_size()
         b.restart(kill=True)
@@ -234,7 +222,7 @@ def test_group_and_offsets_survive_a_broker_kill_and_restart(broker_factory):
         produce(20)
         second = consume(c, 20)
         c.commit(asynchronous=False)
-        d = describe(admin, group)
+        d = describe_group(admin, group)
         assert d.state.name == "STABLE" and [m.member_id for m in d.members] == member_before
         assert sorted(tp.partition for tp in d.members[0].assignment.topic_partitions) == [0, 1, 2, 3]
         after_restart = b.log_text(log_at)
@@ -261,7 +249,7 @@ def test_list_and_describe_with_group_types(broker):
         assert "kip848-typed" in ids and ids["kip848-typed"].type == ck.ConsumerGroupType.CONSUMER
         classic = admin.list_consumer_groups(types={ck.ConsumerGroupType.CLASSIC}, request_timeout=10).result()
         assert "kip848-typed" not in {g.group_id for g in classic.valid}
-        d = describe(admin, "kip848-typed")
+        d = describe_group(admin, "kip848-typed")
         assert d.type == ck.ConsumerGroupType.CONSUMER and d.state.name == "STABLE"
         (m,) = d.members
         assert sorted(tp.partition for tp in m.assignment.topic_partitions) == [0, 1]
