@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.clients import wait_until
 from tests.integration.txn_support import end_offsets, read_values
 from tests.spark.conftest import ROOT, create_topic, produce, spark_subprocess, unique
 
@@ -132,8 +133,10 @@ def test_batch_write_exactly_once(spark, odradek_broker):
         (failing.write.mode("append").format("odradek").option("kafka.bootstrap.servers", bs).option("topic", target)
          .option("exactlyOnce", "true").save())
     # Nothing of the failed write is visible, and its tasks' transactions were ended (aborted by the
-    # driver, or fenced): the last stable offsets caught up with the high watermarks.
-    assert end_offsets(bs, target, 3, "read_committed") == end_offsets(bs, target, 3, "read_uncommitted")
+    # driver, or fenced): the last stable offsets catch up with the high watermarks once the abort
+    # markers are written, which the coordinator does after answering EndTxn (as Kafka's does).
+    wait_until(lambda: end_offsets(bs, target, 3, "read_committed") == end_offsets(bs, target, 3, "read_uncommitted"),
+               30, "the last stable offsets at the high watermarks")
     assert sorted(read_values(bs, target, 3, "read_committed")) == sorted(got)
     assert len(read_values(bs, target, 3, "read_uncommitted")) > len(got), "no task of the failed write wrote"
 
