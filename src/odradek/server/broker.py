@@ -52,6 +52,7 @@ from odradek.server.workers import WorkerPool
 from odradek.server.zk_cluster import ZkCluster
 from odradek.storage.config import LogConfig, LogManagerConfig
 from odradek.storage.manager import LogManager
+from odradek.storage.page_cache import resolve_keep_bytes
 
 if TYPE_CHECKING:
     from odradek.cluster.zookeeper_store import ZooKeeperStore
@@ -256,6 +257,7 @@ class Broker:
             move_max_bytes_per_second=c.get("replica.alter.log.dirs.io.max.bytes.per.second"),
             move_quota_window_num=c.get("alter.log.dirs.replication.quota.window.num"),
             move_quota_window_size_seconds=c.get("alter.log.dirs.replication.quota.window.size.seconds"),
+            drop_behind_bytes=resolve_keep_bytes(c.get("log.drop.behind.bytes")),
         )
 
     def _advertised(self, ep: Endpoint) -> tuple[str, int]:

@@ -430,6 +430,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     K("log.segment.delete.delay.ms", LONG, 60000, HIGH, AtLeast(0), "Wait before deleting a segment file.",
       dynamic=True),
     K("log.preallocate", BOOLEAN, False, MEDIUM, None, "Preallocate segment files.", dynamic=True),
+    # odradek's own: Kafka leaves its writes in the page cache (see odradek.storage.page_cache)
+    K("log.drop.behind.bytes", LONG, 0, LOW, AtLeast(-1), "Newest bytes of each log kept in the page "
+      "cache; older written pages are dropped. 0: off (Kafka's behaviour); -1: 64 MiB when the hypervisor "
+      "reclaims free memory (virtio-balloon free page reporting), else off. odradek only."),
     K("num.recovery.threads.per.data.dir", INT, 2, HIGH, AtLeast(1), "Threads recovering each log dir.",
       dynamic=True),
     K("log.message.timestamp.type", STRING, "CreateTime", MEDIUM, TIMESTAMP_TYPES, "Timestamp stored.",

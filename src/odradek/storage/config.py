@@ -145,9 +145,13 @@ class LogManagerConfig:
     move_max_bytes_per_second: int = LONG_MAX
     move_quota_window_num: int = 11
     move_quota_window_size_seconds: int = 1
+    # log.drop.behind.bytes once resolved (page_cache.resolve_keep_bytes): the newest bytes of each log
+    # kept in the page cache; 0: the kernel decides, as in Kafka
+    drop_behind_bytes: int = 0
 
     def __post_init__(self) -> None:
         _check(len(self.log_dirs) >= 1, "log.dirs", self.log_dirs)
+        _check(self.drop_behind_bytes >= 0, "log.drop.behind.bytes", self.drop_behind_bytes)
         _check(self.move_max_bytes_per_second >= 0, "replica.alter.log.dirs.io.max.bytes.per.second",
                self.move_max_bytes_per_second)
         _check(self.move_quota_window_num >= 1, "alter.log.dirs.replication.quota.window.num",

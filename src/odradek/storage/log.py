@@ -54,6 +54,7 @@ from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP
 from odradek.storage.names import parse_log_dir_name
+from odradek.storage.page_cache import step_bytes
 from odradek.storage.producer_state import CompletedTxn, PreparedAppend, ProducerStateManager, \
     load_producer_state
 from odradek.storage.recovery import recover_segment
@@ -132,6 +133,11 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._loaded_inactive: OrderedDict[int, LogSegment] = OrderedDict()
         self.truncations = 0  # replica truncations so far: a cleaning planned before one is void
+        # drop-behind (page_cache.py): the active segment's base and how much of it was dropped, and
+        # where the segments not yet dropped whole begin (None until the first `cache_drops`)
+        self._drop_base = -1
+        self._drop_mark = 0
+        self._dropped_before: int | None = None
         self.leader_epoch_cache = LeaderEpochCache.load(directory)
         self.producer_state = ProducerStateManager(directory)
 
@@ -657,6 +663,29 @@ class Log:
         if job.truncations == self.truncations and job.up_to > self._recovery_point:
             self._recovery_point = min(job.up_to, self._log_end_offset)
         self._last_flush_ms = now_ms
+
+    def cache_drops(self, keep_bytes: int) -> list[tuple[Path, int]]:
+        """What drop-behind should drop from the page cache now (page_cache.py), as (path, length;
+        0: the whole file): the active segment's bytes before its newest `keep_bytes`, each time it
+        has grown by `step_bytes(keep_bytes)` since the last drop; and the segments rolled since the
+        log was opened, whole, once they are flushed and `keep_bytes` of the active segment follow."""
+        active = self.active_segment
+        if self._dropped_before is None:
+            self._dropped_before = active.base_offset   # older files were written before this open
+        if active.base_offset != self._drop_base or active.size < self._drop_mark:
+            self._drop_base, self._drop_mark = active.base_offset, 0
+        drops: list[tuple[Path, int]] = []
+        if self._dropped_before < active.base_offset and active.size >= keep_bytes \
+                and self._recovery_point >= active.base_offset:
+            for segment in self._segments[self._segment_index(self._dropped_before):-1]:
+                if segment.base_offset >= self._dropped_before:
+                    drops.append((segment.log_path, 0))
+            self._dropped_before = active.base_offset
+        end = active.size - keep_bytes
+        if end >= self._drop_mark + step_bytes(keep_bytes):
+            drops.append((active.log_path, end))
+            self._drop_mark = end
+        return drops
 
     def _maybe_flush_messages(self, now_ms: int) -> None:
         if self._log_end_offset - self._recovery_point >= self.config.flush_messages:

@@ -35,7 +35,8 @@ the mover's, which appends to future logs only (log_mover.py); and the sync thre
 loop, and an fsync under heavy writes takes hundreds of milliseconds. The checkpoints' entries and a
 flush's files are taken by the caller; a flush moves the log's recovery point in a later call, once
 its sync is done (`sync_background` waits for them). `close` waits for the sync thread, then flushes
-and writes every checkpoint itself.
+and writes every checkpoint itself. With `log.drop.behind.bytes` the same thread drops what each log no
+longer needs from the page cache (page_cache.py).
 Flushing of rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only
 every log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does
 nothing there). Not thread-safe: one caller at a time.
@@ -43,6 +44,7 @@ nothing there). Not thread-safe: one caller at a time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -68,6 +70,7 @@ from odradek.storage.log_mover import STEP_BYTES, CopyStep, MoverThread, Replica
     agreed_offset
 from odradek.storage.names import MAX_DIR_NAME_BYTES, future_dir_name, is_future_dir_name, \
     parse_log_dir_name, parse_partition_dir_name, partition_dir_name
+from odradek.storage.page_cache import drop_cached
 from odradek.storage.quota import ByteRateQuota
 from odradek.storage.timestamps import Decompress
 
@@ -524,9 +527,12 @@ class LogManager:
         if self._moves:
             self._advance_moves(now_ms)
         self._remove_deleted_dirs(now_ms)
+        keep = self.config.drop_behind_bytes
         for _, log in self.logs():
             log.delete_expired_files(now_ms)
             self._flush_in_background(log, now_ms)
+            if keep:
+                self._drop_behind(log, keep)
         c = self.config
         if now_ms >= self._due["retention"]:
             self.run_retention(now_ms)
@@ -614,6 +620,14 @@ class LogManager:
             else:
                 log.flushed(job, self._now_ms)
         self._syncer.submit(("flush", log), job.run, done)
+
+    def _drop_behind(self, log: Log, keep_bytes: int) -> None:
+        """Drop what `log` no longer needs cached (page_cache.py), on the sync thread: after the syncs
+        submitted before, a newer drop of a file replacing one still waiting."""
+        for path, length in log.cache_drops(keep_bytes):
+            self._syncer.submit(("drop-cache", path), functools.partial(drop_cached, path, length),
+                                lambda _result, error, p=path: error and logger.warning(
+                                    "cannot drop %s from the page cache: %s", p.name, error))
 
     def sync_background(self, timeout: float | None = None) -> bool:
         """Wait for the flushes and checkpoint writes on the sync thread, and apply what they did."""
