@@ -33,3 +33,23 @@ def test_nodes_survive_a_restart_and_ephemerals_die_with_their_session(tmp_path)
     finally:
         zk.stop()
     assert not zk.running
+
+
+def test_the_server_grants_the_session_timeout_a_broker_asks_for(tmp_path):
+    """Kafka's default zookeeper.session.timeout.ms (18 s) and a short test one (1 s) both hold: the
+    server's bounds do not clamp them (ZooKeeper's default bounds are 2 to 20 ticks)."""
+    zk = LocalZooKeeper(tmp_path / "zk").start()
+    clients = []
+    try:
+        for seconds in (18, 1):
+            k = KazooClient(hosts=zk.connect, timeout=seconds)
+            k.start(timeout=30)
+            clients.append((k, seconds))
+        granted = zk.session_timeouts()
+        for k, seconds in clients:
+            assert granted[k.client_id[0]] == seconds * 1000, granted
+    finally:
+        for k, _ in clients:
+            k.stop()
+            k.close()
+        zk.stop()

@@ -6,6 +6,13 @@ server from the Java distribution the system provides (Debian's `zookeeper` pack
 jars it needs) as a child process with a `zoo.cfg` of our own: a standalone server on a loopback port,
 its data in a directory we own, no admin server.
 
+Sessions. ZooKeeper expires a session on its tick (`tickTime`), so a dead broker is noticed up to one
+tick after `zookeeper.session.timeout.ms`: the tick is 200 ms here (ZooKeeper's own default is 3 s),
+which keeps failover close to the session timeout. ZooKeeper clamps every requested timeout to
+[minSessionTimeout, maxSessionTimeout], by default [2, 20] ticks, which would cut Kafka's default of
+18 s to 4 s; the bounds are set instead to 2 ticks and MAX_SESSION_TIMEOUT_MS, so the timeout a broker
+asks for is the one it gets (`session_timeouts()` shows what the server granted).
+
 `find_zookeeper_jar()` looks in `$ODRADEK_ZOOKEEPER_JAR`, then in the files `dpkg -L zookeeper` lists,
 then in the usual places; a missing jar is a clear error that names the package to install.
 """
@@ -21,6 +28,8 @@ import time
 from pathlib import Path
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+TICK_MS = 200
+MAX_SESSION_TIMEOUT_MS = 120_000
 _CANDIDATES = ("/usr/share/java/zookeeper.jar", "/usr/share/zookeeper/zookeeper.jar")
 
 
@@ -68,7 +77,7 @@ class LocalZooKeeper:
     `kill()` is kill -9. Restarting keeps the data directory (and so every node but the ephemeral)."""
 
     def __init__(self, data_dir: str | os.PathLike, port: int = 0, host: str = "127.0.0.1",
-                 tick_ms: int = 500) -> None:
+                 tick_ms: int = TICK_MS) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port or free_port(host)
@@ -94,9 +103,11 @@ class LocalZooKeeper:
             f"clientPortAddress={self.host}",
             "maxClientCnxns=0",
             "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr,stat",
-            # Sessions as short as Kafka tests use (zookeeper.session.timeout.ms of a few seconds).
+            "4lw.commands.whitelist=ruok,srvr,stat,cons",
+            # Sessions as short as Kafka tests use (zookeeper.session.timeout.ms of a few seconds) and as
+            # long as Kafka's defaults and beyond, whatever the tick.
             f"minSessionTimeout={2 * self.tick_ms}",
+            f"maxSessionTimeout={max(MAX_SESSION_TIMEOUT_MS, 2 * self.tick_ms)}",
             "",
         ]))
         return cfg
@@ -123,11 +134,28 @@ class LocalZooKeeper:
     def ruok(self) -> bool:
         """ZooKeeper's four-letter health check."""
         try:
-            with socket.create_connection((self.host, self.port), timeout=1) as s:
-                s.sendall(b"ruok")
-                return s.recv(4) == b"imok"
+            return self.four_letter("ruok") == "imok"
         except OSError:
             return False
+
+    def four_letter(self, word: str, limit: int = 1 << 20) -> str:
+        """The answer to one of ZooKeeper's four-letter commands (the server closes when done)."""
+        with socket.create_connection((self.host, self.port), timeout=5) as s:
+            s.sendall(word.encode("ascii"))
+            chunks, size = [], 0
+            while size < limit and (chunk := s.recv(65536)):
+                chunks.append(chunk)
+                size += len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    def session_timeouts(self) -> dict[int, int]:
+        """{session id: the timeout the server granted it, ms} for every client connected now."""
+        out: dict[int, int] = {}
+        for line in self.four_letter("cons").splitlines():
+            fields = dict(f.split("=", 1) for f in line.strip().strip("()").split(",") if "=" in f)
+            if "sid" in fields and "to" in fields:
+                out[int(fields["sid"], 16)] = int(fields["to"])
+        return out
 
     @property
     def running(self) -> bool:
