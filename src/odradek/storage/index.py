@@ -174,8 +174,12 @@ class _Index:
         self.path = path
 
     def delete(self) -> None:
-        self._buf = None
+        self.forget()
         self.path.unlink(missing_ok=True)
+
+    def forget(self) -> None:
+        """Drop the entries held in memory (the file is being removed)."""
+        self._buf = None
 
 
 class OffsetIndex(_Index):

@@ -34,7 +34,7 @@ import os
 import re
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -596,15 +596,15 @@ class Log:
     def next_file_delete_ms(self) -> int | None:
         return min((t for t, _ in self._pending_deletes), default=None)
 
-    def delete_expired_files(self, now_ms: int) -> int:
+    def delete_expired_files(self, now_ms: int, unlink: Callable[[list[Path]], None] | None = None) -> int:
         """Close and remove `.deleted` segments whose file.delete.delay.ms has passed (and that no
-        cleaning pass is reading)."""
+        cleaning pass is reading); `unlink(paths)` removes the files if given (Segment.delete)."""
         due = [s for t, s in self._pending_deletes if t <= now_ms and not s.pins]
         if due:
             self._pending_deletes = [(t, s) for t, s in self._pending_deletes
                                      if t > now_ms or s.pins]
             for segment in due:
-                segment.delete()
+                segment.delete(unlink)
         return len(due)
 
     # ---- flushing and closing --------------------------------------------------------------------

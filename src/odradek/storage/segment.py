@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from odradek.records.header import iter_headers
@@ -382,12 +382,22 @@ class LogSegment:
             if index.path.exists():
                 index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
-    def delete(self) -> None:
+    def delete(self, unlink: Callable[[list[Path]], None] | None = None) -> None:
+        """Close the segment and remove its files: here, or by `unlink(paths)` (the log manager hands
+        them to its sync thread, since unlinking a file whose pages are cached frees them all, about
+        a quarter of a second per cached GiB)."""
         self.file.close()
-        self.log_path.unlink(missing_ok=True)
-        self.offset_index.delete()
-        self.time_index.delete()
-        self.txn_index.delete()
+        paths = [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+        self.offset_index.forget()
+        self.time_index.forget()
+        self.txn_index.forget()
+        (unlink or unlink_files)(paths)
+
+
+def unlink_files(paths: Iterable[Path]) -> None:
+    """Remove each file that exists."""
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _replace_suffix(path: Path, old: str, new: str) -> Path:

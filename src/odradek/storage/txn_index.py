@@ -141,4 +141,8 @@ class TransactionIndex:
 
     def delete(self) -> None:
         self.path.unlink(missing_ok=True)
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop what is held in memory (the file is being removed)."""
         self._size, self._last_offset = 0, -1

@@ -24,7 +24,8 @@ from tests.unit.storage.test_manager import manager_config
 
 
 def settle(manager: LogManager, now_ms: int, timeout_s: float = 20.0) -> int:
-    """Run the owner's part until no move is under way; the number of rounds it took."""
+    """Run the owner's part until no move is under way, and the sync thread until it has removed what
+    the moves left; the number of rounds it took."""
     deadline = time.monotonic() + timeout_s
     rounds = 0
     while list(manager.future_logs()):
@@ -34,6 +35,7 @@ def settle(manager: LogManager, now_ms: int, timeout_s: float = 20.0) -> int:
         for move in list(manager._moves.values()):
             if move.step is not None:
                 move.step.done.wait(5)
+    assert manager.sync_background(max(0.0, deadline - time.monotonic())), "the sync thread did not finish"
     return rounds
 
 
@@ -128,6 +130,7 @@ def test_a_move_back_or_elsewhere_replaces_the_one_under_way(tmp_path):
     assert manager.alter_replica_log_dir("t", 0, path_of(tmp_path, 0), now_ms=0) is False     # cancelled
     assert list(manager.future_logs()) == []
     manager.run_periodic(0)
+    assert manager.sync_background(10)              # the cancelled futures' dirs go on the sync thread
     assert not [n for d in ("d1", "d2") for n in os.listdir(tmp_path / d) if n.startswith("t-0")]
     manager.close(now_ms=0)
 

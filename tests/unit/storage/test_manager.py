@@ -128,7 +128,8 @@ def test_delete_log_renames_then_removes(tmp_path):
     assert in_flight.read()
     manager.run_periodic(59_999)
     assert (tmp_path / "d0" / doomed).exists()
-    manager.run_periodic(60_000)
+    manager.run_periodic(60_000)                     # removed on the sync thread
+    assert manager.sync_background(10)
     assert not (tmp_path / "d0" / doomed).exists()
     assert not manager.delete_log("gone", 0, now_ms=0)
     manager.close(now_ms=60_000)
