@@ -42,18 +42,35 @@ MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024
 TopicPartition = tuple[str, int]
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
+    """Write `text` to `path.tmp` and rename it over `path`; with `sync`, the file and the directory are
+    fsynced (without, a later fsync of `path` and its directory makes it durable: `sync_file`)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         data = memoryview(text.encode())
         while data:
             data = data[os.write(fd, data):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def sync_file(path: Path) -> bool:
+    """fsync the file at `path` if there is one (False if not)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
 
 
 def fsync_dir(directory: Path) -> None:
@@ -64,10 +81,10 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint_lines(path: Path, entries: Iterable[str]) -> None:
+def write_checkpoint_lines(path: Path, entries: Iterable[str], *, sync: bool = True) -> None:
     lines = list(entries)
     write_atomically(path, "".join(f"{line}\n" for line in [str(CHECKPOINT_VERSION),
-                                                            str(len(lines)), *lines]))
+                                                            str(len(lines)), *lines]), sync=sync)
 
 
 def read_checkpoint_lines(path: Path, fields: int) -> list[list[str]] | None:

@@ -11,6 +11,12 @@ Invariants: epochs and start offsets both increase strictly from entry to entry;
 offset lies in [log_start_offset, log_end_offset]. The file is rewritten after every change (epoch
 changes are rare). Used by OffsetForLeaderEpoch (`end_offset_for`), ListOffsets (`epoch_for_offset`)
 and follower truncation.
+
+Durability (as Kafka since KAFKA-15046): the rewrite is not fsynced where it happens, on the broker's
+event loop, where the first append of a new leader epoch would wait for the disk (100-230 ms under
+heavy writes). The log's flush fsyncs the file before its recovery point moves, so every entry below
+the recovery point is on disk; after an unclean shutdown the log drops the entries from its first
+recovered segment on and assigns them again from the batches it recovers (Log._rebuild_epochs).
 """
 
 from __future__ import annotations
@@ -115,5 +121,10 @@ class LeaderEpochCache:
             self._offsets.clear()
             self._write()
 
+    def assign_if_newer(self, epoch: int, start_offset: int) -> None:
+        """Recovery's rule (Kafka's LogSegment.recover): a batch of a later epoch than any known starts it."""
+        if epoch >= 0 and (not self._epochs or epoch > self._epochs[-1]):
+            self.assign(epoch, start_offset)
+
     def _write(self) -> None:
-        write_checkpoint_lines(self.path, (f"{e} {o}" for e, o in zip(self._epochs, self._offsets)))
+        write_checkpoint_lines(self.path, (f"{e} {o}" for e, o in zip(self._epochs, self._offsets)), sync=False)

@@ -30,6 +30,7 @@ swaps them in with `replace_segments` (cleaner.py).
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import re
 import struct
@@ -45,12 +46,12 @@ from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.header import BatchHeader, iter_headers, set_base_offset, \
     set_partition_leader_epoch
-from odradek.storage.checkpoints import fsync_dir
+from odradek.storage.checkpoints import fsync_dir, sync_file
 from odradek.storage.cleaner_swap import commit_swap, recover_swaps
 from odradek.storage.config import LogConfig
-from odradek.storage.epoch_cache import LeaderEpochCache
+from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from odradek.storage.errors import CorruptRecordError, OffsetOutOfRangeError, \
-    RecordListTooLargeError, UnexpectedAppendOffsetError
+    RecordListTooLargeError, StorageError, UnexpectedAppendOffsetError
 from odradek.storage.fileslice import FileSlice
 from odradek.storage.index import NO_TIMESTAMP
 from odradek.storage.names import parse_log_dir_name
@@ -58,9 +59,12 @@ from odradek.storage.page_cache import step_bytes
 from odradek.storage.producer_state import CompletedTxn, PreparedAppend, ProducerStateManager, \
     load_producer_state
 from odradek.storage.recovery import recover_segment
+from odradek.storage.scan import scan_batches
 from odradek.storage.segment import DELETED_SUFFIX, LogSegment
 from odradek.storage.timestamps import SCAN_BUDGET_BYTES, Decompress, TimestampScan
 from odradek.storage.txn_index import AbortedTxn
+
+logger = logging.getLogger("odradek.storage")
 
 MAX_LOADED_INACTIVE_SEGMENTS = 8  # inactive segments whose indexes stay in memory, per log
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
@@ -79,19 +83,15 @@ class FlushJob:
     truncations: int
     paths: tuple[Path, ...]
     directory: Path
+    parent: Path | None = None          # the log dir, for a partition directory created since the last flush
 
     def run(self) -> None:
         for path in self.paths:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            sync_file(path)
         try:
             fsync_dir(self.directory)
+            if self.parent is not None:
+                fsync_dir(self.parent)
         except FileNotFoundError:       # the partition was deleted meanwhile
             pass
 
@@ -138,7 +138,15 @@ class Log:
         self._drop_base = -1
         self._drop_mark = 0
         self._dropped_before: int | None = None
-        self.leader_epoch_cache = LeaderEpochCache.load(directory)
+        # Created by this open: the log dir's entry for it is synced with its first flush, off the
+        # event loop (Kafka too defers that fsync to the flush).
+        self._parent_unsynced = False
+        self._epoch_load_error: StorageError | None = None
+        try:
+            self.leader_epoch_cache = LeaderEpochCache.load(directory)
+        except StorageError as e:       # a torn rewrite is rebuilt by an unclean open (_rebuild_epochs)
+            self._epoch_load_error = e
+            self.leader_epoch_cache = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
         self.producer_state = ProducerStateManager(directory)
 
     # ---- opening ---------------------------------------------------------------------------------
@@ -153,6 +161,7 @@ class Log:
         `recovery_point` on is re-validated by CRC and cut at the first bad batch. A future replica's
         directory (`<topic>-<partition>.<uuid>-future`, a replica being moved) opens the same way."""
         parse_log_dir_name(directory.name)
+        created = not directory.is_dir()
         directory.mkdir(parents=True, exist_ok=True)
         bases = _clean_directory(directory)
         settings: dict[str, Any] = {"index_interval_bytes": config.index_interval_bytes,
@@ -161,7 +170,9 @@ class Log:
         if not segments:
             segments = [LogSegment.create(directory, max(log_start_offset, 0), **settings)]
         log = cls(directory, config, segments, decompress)
-        log._load(recovery_point, needs_recovery)
+        log._parent_unsynced = created
+        first_recovered = log._load(recovery_point, needs_recovery)
+        log._rebuild_epochs(first_recovered)
         log._log_end_offset = log.active_segment.next_offset
         log._log_start_offset = min(max(log_start_offset, segments[0].base_offset),
                                     log._log_end_offset)
@@ -173,7 +184,9 @@ class Log:
         load_producer_state(log, now_ms, clean_shutdown=not needs_recovery)
         return log
 
-    def _load(self, recovery_point: int, needs_recovery: bool) -> None:
+    def _load(self, recovery_point: int, needs_recovery: bool) -> int | None:
+        """Check or recover the segments; the index of the first one recovered after an unclean
+        shutdown (None after a clean one)."""
         first_unflushed = self._segment_index(recovery_point)
         for i, segment in enumerate(self._segments):
             if needs_recovery and i >= first_unflushed:
@@ -193,6 +206,25 @@ class Log:
                     later.delete()
                 del self._segments[i + 1:], self._base_offsets[i + 1:]
                 break
+        return min(first_unflushed, len(self._segments) - 1) if needs_recovery else None
+
+    def _rebuild_epochs(self, first_recovered: int | None) -> None:
+        """After an unclean shutdown the checkpoint may lack what was assigned since the last flush
+        (epoch_cache.py): drop its entries from the first recovered segment on and assign them again
+        from those segments' batches; all of them if the file itself was torn. After a clean one a
+        checkpoint that cannot be read is an error, as before."""
+        if self._epoch_load_error is not None:
+            if first_recovered is None:
+                raise self._epoch_load_error
+            logger.warning("%s; rebuilding the leader epochs from the log", self._epoch_load_error)
+            first_recovered = 0
+        if first_recovered is None:
+            return
+        cache = self.leader_epoch_cache
+        cache.truncate_from_end(self._segments[first_recovered].base_offset)
+        for segment in self._segments[first_recovered:]:
+            for b in scan_batches(segment.file.fileno(), 0, segment.size):
+                cache.assign_if_newer(b.partition_leader_epoch, b.base_offset)
 
     # ---- state -----------------------------------------------------------------------------------
 
@@ -619,9 +651,16 @@ class Log:
                 if segment.base_offset >= up_to:
                     break
                 segment.flush()
+            sync_file(self.leader_epoch_cache.path)
             fsync_dir(self.dir)
+            self._sync_parent()
             self._recovery_point = up_to
         self._last_flush_ms = now_ms
+
+    def _sync_parent(self) -> None:
+        if self._parent_unsynced:
+            fsync_dir(self.dir.parent)
+            self._parent_unsynced = False
 
     def flush_due(self, now_ms: int) -> int | None:
         """Where the periodic flush should sync up to now: the log end after flush.ms, else the start
@@ -655,13 +694,17 @@ class Log:
             segment.offset_index.persist()
             segment.time_index.persist()
             paths += [segment.log_path, segment.offset_index.path, segment.time_index.path]
-        return FlushJob(up_to, self.truncations, tuple(paths), self.dir)
+        paths.append(self.leader_epoch_cache.path)      # its entries below up_to, on disk with them
+        return FlushJob(up_to, self.truncations, tuple(paths), self.dir,
+                        self.dir.parent if self._parent_unsynced else None)
 
     def flushed(self, job: FlushJob, now_ms: int) -> None:
         """`job` ran: the recovery point moves to its end, unless the log was truncated meanwhile
         (what it synced may be gone, and what replaced it is not synced)."""
         if job.truncations == self.truncations and job.up_to > self._recovery_point:
             self._recovery_point = min(job.up_to, self._log_end_offset)
+        if job.parent is not None:
+            self._parent_unsynced = False
         self._last_flush_ms = now_ms
 
     def cache_drops(self, keep_bytes: int) -> list[tuple[Path, int]]:
@@ -696,6 +739,8 @@ class Log:
         file; remove pending deletions."""
         self.producer_state.update_map_end_offset(self._log_end_offset)
         self.producer_state.take_snapshot(sync=True)
+        sync_file(self.leader_epoch_cache.path)
+        self._sync_parent()
         for segment in self._segments:
             segment.close()
         for _, segment in self._pending_deletes:

@@ -259,9 +259,10 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         log_dir = self._preferred_dir.pop(tp, None) or min(self.log_dirs, key=lambda d: counts[d])
+        # No fsync of log_dir here, on the event loop: the new directory's entry is synced with the log's
+        # first flush, on the sync thread (Log._parent_unsynced).
         log = Log.open(log_dir / name, config or self._config_for_topic(topic), now_ms=now_ms,
                        decompress=self.decompress)
-        fsync_dir(log_dir)
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
         return log

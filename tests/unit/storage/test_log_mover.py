@@ -284,7 +284,9 @@ def test_a_future_that_cannot_be_opened_at_start_is_dropped_and_the_replica_stay
     ((_, future, _),) = manager.future_logs()
     future_dir = future.dir
     crash(manager)
-    (future_dir / "leader-epoch-checkpoint").write_text("0\n1\nnot a number\n")
+    segment = future_dir / "00000000000000000000.log"       # a directory where a segment should be
+    segment.unlink()
+    segment.mkdir()
     again = LogManager.open(config, now_ms=0)
     assert list(again.future_logs()) == [] and not future_dir.exists()
     assert again.log_dir_of("t", 0).name == "d0" and again.get_log("t", 0).log_end_offset == 40
