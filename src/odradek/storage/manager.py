@@ -71,8 +71,8 @@ from odradek.storage.log_mover import STEP_BYTES, CopyStep, MoverThread, Replica
 from odradek.storage.names import MAX_DIR_NAME_BYTES, future_dir_name, is_future_dir_name, \
     parse_log_dir_name, parse_partition_dir_name, partition_dir_name
 from odradek.storage.page_cache import drop_cached
-from odradek.storage.segment import unlink_files
 from odradek.storage.quota import ByteRateQuota
+from odradek.storage.segment import unlink_files
 from odradek.storage.timestamps import Decompress
 
 logger = logging.getLogger("odradek.storage")
@@ -518,7 +518,8 @@ class LogManager:
                 if here:
                     shutil.rmtree(path, ignore_errors=True)
                 else:
-                    self._syncer.submit(("remove", path), functools.partial(shutil.rmtree, path, ignore_errors=True))
+                    self._syncer.submit(("remove", path),
+                                        functools.partial(shutil.rmtree, path, ignore_errors=True))
             else:
                 keep.append((due, log, path))
         self._deleting = keep
