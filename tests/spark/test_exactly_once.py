@@ -188,3 +188,56 @@ def test_driver_commit_decides_rolls_forward_and_refuses_lost_transactions(odrad
         assert latest_marker(prefix, admin.committed(prefix)).batch_id == 0
         states = admin.describe([t.transactional_id for t in second[1:]])
         assert {s for s, _, _ in states.values()} == {"CompleteAbort"}
+
+
+def _task_rows(start: int, n: int):
+    import pyarrow as pa
+    return pa.RecordBatch.from_pydict({"value": [str(i) for i in range(start, start + n)]})
+
+
+def test_a_batch_write_task_that_starts_or_goes_on_after_the_driver_aborted_leaves_nothing_open(
+        odradek_broker, monkeypatch):
+    """The driver's abort and a task that Spark has not stopped yet, in both orders and without Spark
+    (the race is timing-dependent there). Task 1 takes its transactional id only after the driver
+    aborted the write: it finds the write's abort mark and writes nothing. Task 2 took its id before and
+    writes on after the abort: the fence refuses it. Nothing is left open: the last stable offsets
+    equal the high watermarks at once, with no wait for transaction.timeout.ms."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from odradek.spark import exactly_once as eo
+    from odradek.spark.options import parse_write_options
+    from odradek.spark.writer import BatchWriter, WriteResult, write_transactional
+    bs = odradek_broker.bootstrap
+    topic = unique("eos-late-task")
+    create_topic(bs, topic, 3)
+    opts = parse_write_options({"kafka.bootstrap.servers": bs, "topic": topic, "exactlyOnce": "true"})
+    writer = BatchWriter(opts, StructType([StructField("value", StringType())]))
+
+    def in_task(partition: int):
+        monkeypatch.setattr(eo, "task_context", lambda: eo.TaskContextInfo(partition, 0, None, None))
+
+    in_task(0)
+    done = writer.write(iter([_task_rows(0, 50)]))          # task 0 prepared before task 2 failed
+    assert isinstance(done, WriteResult) and done.txn is not None
+    messages = [done, None, None]
+
+    def abort_after_first_batch():
+        yield _task_rows(100, 50)
+        writer.abort(messages)                               # the job failed meanwhile
+        yield _task_rows(150, 50)
+
+    in_task(2)
+    with pytest.raises(Exception) as fenced:
+        write_transactional(opts, abort_after_first_batch(), writer.prefix, streaming=False,
+                            write_id=writer.write_id)
+    assert not isinstance(fenced.value, eo.WriteAbortedError), fenced.value
+
+    in_task(1)
+    before = end_offsets(bs, topic, 3, "read_uncommitted")
+    with pytest.raises(eo.WriteAbortedError):
+        write_transactional(opts, iter([_task_rows(50, 50)]), writer.prefix, streaming=False,
+                            write_id=writer.write_id)
+    assert end_offsets(bs, topic, 3, "read_uncommitted") == before, "the late task wrote"
+    assert end_offsets(bs, topic, 3, "read_committed") == end_offsets(bs, topic, 3, "read_uncommitted")
+    assert read_values(bs, topic, 3, "read_committed") == []
+    assert len(read_values(bs, topic, 3, "read_uncommitted")) >= 50   # task 0's aborted rows at least

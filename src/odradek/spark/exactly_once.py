@@ -23,6 +23,19 @@ Driver, streaming `commit(messages, batch_id)`:
 `abort(messages, batch_id)` aborts the prepared transactions and fences the ids of failed tasks.
 A batch write does the same without the marker (there is no batch to replay).
 
+A failed task can still be starting when the driver aborts: Spark calls `abort` as soon as one task
+fails, while it cancels the others, and a cancelled task's Python worker may go on. A task that takes
+its id after the driver fenced it would write a transaction that nobody ends, holding every partition
+it wrote below its last stable offset for transaction.timeout.ms. So a batch write's driver first
+takes a transactional id named for the write (`abort_mark_id`, the write's own random id) and then
+fences the failed tasks' ids; each task, after taking its own id and before writing, looks that mark
+up (DescribeTransactions) and fails if it exists. Either the task took its id before the fence (the
+fence aborts whatever it writes, and its later requests are refused as fenced) or after it, and then
+after the mark, which it sees. The mark expires with the broker's transactional.id.expiration.ms. A
+streaming micro-batch has no such mark: its driver side is created afresh for each commit or abort,
+with no id its tasks share; a late task's transaction there is fenced when the restarted query
+replays the batch (or aborted on its timeout).
+
 What is guaranteed. After a driver crash at any point, the restarted query replays the batch that was
 not in Spark's commit log: before step 2 nothing was decided, and the replayed tasks fence the old
 transactions (aborted, never visible) and write again; after step 2 the replay recognises the batch by
@@ -94,6 +107,30 @@ def prefix_for(transactional_id: str | None, query_id: str | None) -> str:
 
 def task_transactional_id(prefix: str, partition: int) -> str:
     return f"{prefix}-{partition}"
+
+
+def abort_mark_id(prefix: str, write_id: str) -> str:
+    """The transactional id whose existence says the batch write `write_id` was aborted."""
+    return f"{prefix}-aborted-{write_id}"
+
+
+class WriteAbortedError(RuntimeError):
+    """The driver aborted the write before this task took its transactional id: the task writes nothing."""
+
+
+def check_not_aborted(admin, prefix: str, write_id: str) -> None:
+    """A batch write's task, after taking its transactional id and before writing (module docstring)."""
+    mark = abort_mark_id(prefix, write_id)
+    if admin.exists(mark):
+        raise WriteAbortedError(f"the write was aborted before this task began ({mark} exists): nothing written")
+
+
+def mark_aborted(admin, prefix: str, write_id: str | None, failed: list[str]) -> None:
+    """The driver's abort of the failed tasks' ids: the write's abort mark first (a batch write's),
+    then the fence (module docstring)."""
+    if write_id is not None:
+        admin.fence([abort_mark_id(prefix, write_id)])
+    admin.fence(failed)
 
 
 # ------------------------------------------------------------------------------------------ marker

@@ -33,7 +33,7 @@ from odradek.client import (
     Consumer, KafkaError, OffsetOutOfRangeError, PreparedTransaction, Producer, TopicPartition,
 )
 from odradek.client import admin as client_admin
-from odradek.client.admin_types import OffsetAndMetadata
+from odradek.client.admin_types import AdminError, OffsetAndMetadata
 from odradek.spark import decode as dec
 from odradek.spark.planning import DataLossError, OffsetRange, TP, data_loss_message
 
@@ -294,15 +294,20 @@ class Sink:
             self._settle()
 
     def _settle(self, all_done: bool = False) -> None:
-        """Raise the first delivery error; forget delivered futures (checked on the loop's thread)."""
+        """Raise the first delivery error; forget delivered futures (checked on the loop's thread).
+        Every failed future's error is retrieved, not only the first: asyncio would log the others
+        when they are collected."""
         def check():
-            left = []
+            left, first = [], None
             for f in self._pending:
                 if not f.done():
                     assert not all_done, "flush() returned with a batch in flight"
                     left.append(f)
-                elif f.exception() is not None:
-                    raise f.exception()
+                elif f.exception() is not None and first is None:
+                    first = f.exception()
+            if first is not None:
+                self._pending = left
+                raise first
             return left
         self._pending = self._lp.call(check)
 
@@ -313,8 +318,17 @@ class Sink:
     def close(self) -> None:
         try:
             self._lp.run(self.producer.aclose())
+            self._lp.call(self._forget)
         finally:
             self._lp.close()
+
+    def _forget(self) -> None:
+        """After the producer closed: the errors of undelivered batches (the task's own error, or none,
+        is what it reports)."""
+        for f in self._pending:
+            if f.done() and not f.cancelled():
+                f.exception()
+        self._pending = []
 
 
 # ------------------------------------------------------------------------------------------ exactly once
@@ -400,6 +414,16 @@ class TxnAdmin:
         """{id: (state, producer id, epoch)} from the ids' coordinators (DescribeTransactions)."""
         found = self._lp.run(self.admin.describe_transactions(transactional_ids))
         return {t: (d.state, d.producer_id, d.producer_epoch) for t, d in found.items()}
+
+    def exists(self, transactional_id: str) -> bool:
+        """Whether the id's coordinator knows the transactional id (DescribeTransactions)."""
+        try:
+            self._lp.run(self.admin.describe_transactions([transactional_id]))
+        except AdminError as e:
+            if e.name == "TRANSACTIONAL_ID_NOT_FOUND":
+                return False
+            raise
+        return True
 
     def commit_marker(self, group: str, tp: TP, batch_id: int, metadata: str) -> None:
         self._lp.run(self.admin.alter_consumer_group_offsets(

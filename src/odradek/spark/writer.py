@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -153,8 +154,9 @@ def write_all(opts: WriteOptions, iterator: Iterator[pa.RecordBatch]) -> WriteRe
 
 
 def write_transactional(opts: WriteOptions, iterator: Iterator[pa.RecordBatch], prefix: str | None,
-                        streaming: bool) -> WriteResult:
-    """The exactly-once sink's task: every row in one transaction, prepared and handed to the driver."""
+                        streaming: bool, write_id: str | None = None) -> WriteResult:
+    """The exactly-once sink's task: every row in one transaction, prepared and handed to the driver.
+    `write_id`: a batch write's id, whose abort mark the task looks for once it holds its id."""
     from odradek.spark.kafka import TxnAdmin
     ctx = eo.task_context()
     prefix = eo.prefix_for(prefix, ctx.query_id)
@@ -167,6 +169,9 @@ def write_transactional(opts: WriteOptions, iterator: Iterator[pa.RecordBatch], 
     tid = eo.task_transactional_id(prefix, ctx.partition)
     w = _TaskWriter(opts, tid)
     try:
+        if write_id is not None:
+            with TxnAdmin(opts.client) as admin:
+                eo.check_not_aborted(admin, prefix, write_id)
         for batch in iterator:
             w.write(batch)
         prepared = w.sink.prepare()
@@ -185,6 +190,7 @@ class _ExactlyOnce:
 
     opts: WriteOptions
     prefix: str | None
+    write_id: str | None = None     # a batch write's own id (its abort mark): pickled to its tasks
 
     def _results(self, messages) -> list[WriteResult]:
         return [m for m in messages if isinstance(m, WriteResult)]
@@ -218,8 +224,8 @@ class _ExactlyOnce:
         with TxnAdmin(self.opts.client) as admin:
             if txns:
                 eo.abort_all(admin, txns)
-            if failed:
-                admin.fence(failed)     # a failed task's transaction would hold the last stable offset back
+            if failed:      # a failed task's transaction would hold the last stable offset back
+                eo.mark_aborted(admin, prefix, self.write_id, failed)
 
 
 class BatchWriter(DataSourceArrowWriter, _ExactlyOnce):
@@ -227,10 +233,11 @@ class BatchWriter(DataSourceArrowWriter, _ExactlyOnce):
         self.opts = opts
         # Batch writes have no query id: one prefix per write, chosen here and pickled to the tasks.
         self.prefix = eo.prefix_for(opts.transactional_id, None) if opts.exactly_once else None
+        self.write_id = uuid.uuid4().hex if opts.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteResult:
         if self.opts.exactly_once:
-            return write_transactional(self.opts, iterator, self.prefix, streaming=False)
+            return write_transactional(self.opts, iterator, self.prefix, streaming=False, write_id=self.write_id)
         return write_all(self.opts, iterator)
 
     def commit(self, messages) -> None:
