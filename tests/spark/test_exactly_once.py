@@ -133,8 +133,9 @@ def test_batch_write_exactly_once(spark, odradek_broker):
         (failing.write.mode("append").format("odradek").option("kafka.bootstrap.servers", bs).option("topic", target)
          .option("exactlyOnce", "true").save())
     # Nothing of the failed write is visible, and its tasks' transactions were ended (aborted by the
-    # driver, or fenced): the last stable offsets catch up with the high watermarks once the abort
-    # markers are written, which the coordinator does after answering EndTxn (as Kafka's does).
+    # driver, or fenced, or never begun by a task that found the write's abort mark): the last stable
+    # offsets catch up with the high watermarks once the abort markers are written, which the
+    # coordinator does after answering EndTxn (as Kafka's does).
     wait_until(lambda: end_offsets(bs, target, 3, "read_committed") == end_offsets(bs, target, 3, "read_uncommitted"),
                30, "the last stable offsets at the high watermarks")
     assert sorted(read_values(bs, target, 3, "read_committed")) == sorted(got)
