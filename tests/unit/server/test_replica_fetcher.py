@@ -1,0 +1,124 @@
+"""Replica fetcher (server/replica_fetcher.py): how long a follower holds a partition back after its
+leader refused a fetch. The leader here is a fake that answers Fetch requests as a broker does, so the
+order of answers is the test's own."""
+
+from __future__ import annotations
+
+import asyncio
+
+from odradek.protocol.error_codes import ErrorCode
+from odradek.protocol.messages import fetch as fm
+from odradek.records.builder import RecordBatchBuilder
+from odradek.server.replica_fetcher import FIRST_HOLD_MS, FetcherConfig, FetchState, ReplicaFetcher
+
+KEY = ("t", 0)
+
+
+class Follower:
+    """The replica manager as a fetcher sees it: one empty partition with no leader epoch yet."""
+
+    def __init__(self) -> None:
+        self.log_end = 0
+        self.appended: list[bytes] = []
+
+    def follower_log_end_offset(self, topic: str, index: int) -> int | None:
+        return self.log_end
+
+    def follower_truncation_point(self, topic: str, index: int, leader_epoch: int,
+                                  leader_end_offset: int) -> int | None:
+        return None
+
+    def follower_latest_epoch(self, topic: str, index: int) -> int | None:
+        return None
+
+    def truncate_follower(self, topic: str, index: int, offset: int, *, fully: bool, now_ms: int) -> None:
+        raise AssertionError("nothing to truncate")
+
+    def append_to_follower(self, topic: str, index: int, records: bytes | memoryview, leader_high_watermark: int,
+                           now_ms: int) -> object:
+        self.appended.append(bytes(records))
+        self.log_end += 1
+        return None
+
+    def update_follower_from_leader(self, topic: str, index: int, leader_high_watermark: int) -> None:
+        pass
+
+
+class Leader:
+    """Answers NOT_LEADER_OR_FOLLOWER to the first `refusals` fetches, then one record per fetch; notes
+    when each fetch came (loop time)."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.fetched_at: list[float] = []
+        builder = RecordBatchBuilder()
+        builder.append(None, b"v", timestamp=1)
+        self.record = bytes(builder.build())
+
+    async def request(self, purpose: str, broker_id: int, api_key: int, body: object, *,
+                      timeout_ms: int | None = None) -> object:
+        assert isinstance(body, fm.FetchRequest) and body.replica_id == 2
+        self.fetched_at.append(asyncio.get_running_loop().time())
+        if len(self.fetched_at) <= self.refusals:
+            part = fm.PartitionData(partition_index=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER.value)
+        else:
+            await asyncio.sleep(0)
+            part = fm.PartitionData(partition_index=0, high_watermark=1, records=self.record)
+        return fm.FetchResponse(responses=[fm.FetchableTopicResponse(topic="t", partitions=[part])])
+
+
+async def _until(check, seconds: float) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.001)
+
+
+def _fetcher(leader: Leader, follower: Follower, backoff_ms: int) -> ReplicaFetcher:
+    return ReplicaFetcher(1, follower, leader, FetcherConfig(replica_id=2, backoff_ms=backoff_ms), clock=lambda: 0)
+
+
+def test_the_hold_doubles_from_the_first_up_to_the_backoff_and_a_success_starts_it_over():
+    st = FetchState(leader_epoch=3)
+    assert [st.hold_ms(1000) for _ in range(9)] == [10, 20, 40, 80, 160, 320, 640, 1000, 1000]
+    st.errors = 0                                       # what a fetch that appended does
+    assert st.hold_ms(1000) == FIRST_HOLD_MS
+    assert FetchState(leader_epoch=0).hold_ms(5) == 5   # a backoff below the first hold caps it
+
+
+def test_a_follower_whose_leader_does_not_lead_yet_fetches_again_within_milliseconds_not_the_backoff():
+    # The controller's LeaderAndIsr reached the follower before the leader: its first fetch is refused.
+    # With replica.fetch.backoff.ms at a minute, a follower that waited the backoff would not append
+    # within the test's deadline.
+    async def go() -> None:
+        leader, follower = Leader(refusals=1), Follower()
+        fetcher = _fetcher(leader, follower, backoff_ms=60_000)
+        fetcher.add(KEY, leader_epoch=1)
+        fetcher.start()
+        try:
+            await _until(lambda: follower.appended, 10)
+        finally:
+            await fetcher.aclose()
+        assert follower.appended[0] == leader.record
+        assert leader.fetched_at[1] - leader.fetched_at[0] >= FIRST_HOLD_MS / 1000 * 0.9
+    asyncio.run(go())
+
+
+def test_a_leader_that_keeps_refusing_is_asked_less_often_each_time_until_the_backoff():
+    async def go() -> None:
+        leader, follower = Leader(refusals=10**9), Follower()
+        fetcher = _fetcher(leader, follower, backoff_ms=320)
+        fetcher.add(KEY, leader_epoch=1)
+        fetcher.start()
+        try:
+            await _until(lambda: len(leader.fetched_at) >= 8, 10)
+        finally:
+            await fetcher.aclose()
+        at = leader.fetched_at
+        gaps = [b - a for a, b in zip(at, at[1:8])]
+        for gap, hold_ms in zip(gaps, [10, 20, 40, 80, 160, 320, 320]):
+            assert gap >= hold_ms / 1000 * 0.9, (gaps, hold_ms)
+        assert at[3] - at[0] < 0.320, gaps              # three retries (70 ms of holds) inside one backoff
+        assert follower.appended == []
+        assert fetcher.partitions[KEY].errors >= 7
+    asyncio.run(go())
