@@ -19,6 +19,13 @@ follower start over at the leader's log start); NOT_LEADER_OR_FOLLOWER, FENCED/U
 UNKNOWN_TOPIC_OR_PARTITION hold the partition back (the controller's next LeaderAndIsr says what to do). An
 unreachable leader backs the whole fetcher off for `replica.fetch.backoff.ms`.
 
+A fetch parks on the leader for up to `replica.fetch.wait.max.ms` while it has nothing to send. A
+partition added to the fetcher meanwhile (a new topic, a leader that moved here) does not wait for it:
+the parked fetch is given up and its connection closed (an answer on it would come only after the
+parked one's), and the next fetch asks for every partition on a new connection. Kafka's fetcher thread
+waits for its fetch to come back: a new replicated topic's first acks=all writes waited about 470 ms
+whenever the followers already fetched something idle from the same leader.
+
 A partition's hold grows from `FIRST_HOLD_MS`, doubling with each error in a row, up to
 `replica.fetch.backoff.ms` (the exponential backoff Kafka's clients have had since KIP-580), and a fetch
 that succeeds ends the run. Kafka holds every such partition for the full `replica.fetch.backoff.ms`
@@ -54,6 +61,8 @@ TopicPartition = tuple[str, int]
 class Requester(Protocol):
     async def request(self, purpose: str, broker_id: int, api_key: int, body: object, *,
                       timeout_ms: int | None = None) -> object: ...
+
+    def drop(self, purpose: str, broker_id: int) -> None: ...
 
 
 class FollowerReplicas(Protocol):
@@ -113,11 +122,16 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.purpose = f"fetcher-{leader_id}"
+        self._inflight: asyncio.Task[None] | None = None            # the fetch out now
+        self._inflight_epochs: dict[TopicPartition, int] = {}       # what it asks for
+        self._interrupted = False
+        self._closing = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
 
     async def aclose(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             try:
@@ -130,6 +144,10 @@ class ReplicaFetcher:
         if st is None or st.leader_epoch != leader_epoch:
             self.partitions[key] = FetchState(leader_epoch)
             self._changed.set()
+            inflight = self._inflight
+            if inflight is not None and not inflight.done() and self._inflight_epochs.get(key) != leader_epoch:
+                self._interrupted = True
+                inflight.cancel()
 
     def remove(self, key: TopicPartition) -> None:
         if self.partitions.pop(key, None) is not None:
@@ -157,7 +175,7 @@ class ReplicaFetcher:
                 if truncating:
                     await self._truncate(truncating)
                 else:
-                    await self._fetch(ready)
+                    await self._fetch_interruptibly(ready)
             except BrokerUnreachable as e:
                 log.info("fetching from broker %d: %s; retrying in %d ms", self.leader_id, e, self.config.backoff_ms)
                 await self._backoff()
@@ -166,6 +184,19 @@ class ReplicaFetcher:
             except Exception:
                 log.exception("replica fetcher of broker %d failed; retrying", self.leader_id)
                 await self._backoff()
+
+    async def _fetch_interruptibly(self, ready: dict[TopicPartition, FetchState]) -> None:
+        """`_fetch`, given up when `add` brings a partition it does not ask for (see the docstring)."""
+        task = asyncio.get_running_loop().create_task(self._fetch(ready))
+        self._inflight, self._inflight_epochs = task, {k: s.leader_epoch for k, s in ready.items()}
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not self._interrupted or self._closing:
+                raise
+            self.requester.drop(self.purpose, self.leader_id)
+        finally:
+            self._inflight, self._inflight_epochs, self._interrupted = None, {}, False
 
     async def _backoff(self) -> None:
         """Wait `replica.fetch.backoff.ms`, or less if the fetcher's partitions change meanwhile."""

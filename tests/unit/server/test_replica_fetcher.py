@@ -66,6 +66,38 @@ class Leader:
             part = fm.PartitionData(partition_index=0, high_watermark=1, records=self.record)
         return fm.FetchResponse(responses=[fm.FetchableTopicResponse(topic="t", partitions=[part])])
 
+    def drop(self, purpose: str, broker_id: int) -> None:
+        raise AssertionError("no fetch to give up")
+
+
+class ParkingLeader:
+    """A leader with nothing new for partition 0: a fetch that asks only for it stays parked (for the
+    fetch's whole max wait, a minute here) until its connection is dropped; a fetch that asks for
+    partition 1 too gets a record for partition 1 at once."""
+
+    def __init__(self) -> None:
+        self.asked: list[list[tuple[str, int]]] = []
+        self.drops: list[str] = []
+        builder = RecordBatchBuilder()
+        builder.append(None, b"v", timestamp=1)
+        self.record = bytes(builder.build())
+
+    async def request(self, purpose: str, broker_id: int, api_key: int, body: object, *,
+                      timeout_ms: int | None = None) -> object:
+        assert isinstance(body, fm.FetchRequest)
+        keys = [(t.topic, p.partition) for t in body.topics for p in t.partitions]
+        self.asked.append(keys)
+        if ("t", 1) not in keys:
+            await asyncio.sleep(body.max_wait_ms / 1000)
+            parts = [fm.PartitionData(partition_index=0, high_watermark=0)]
+        else:
+            parts = [fm.PartitionData(partition_index=0, high_watermark=0),
+                     fm.PartitionData(partition_index=1, high_watermark=1, records=self.record)]
+        return fm.FetchResponse(responses=[fm.FetchableTopicResponse(topic="t", partitions=parts)])
+
+    def drop(self, purpose: str, broker_id: int) -> None:
+        self.drops.append(purpose)
+
 
 async def _until(check, seconds: float) -> None:
     deadline = asyncio.get_running_loop().time() + seconds
@@ -74,8 +106,10 @@ async def _until(check, seconds: float) -> None:
         await asyncio.sleep(0.001)
 
 
-def _fetcher(leader: Leader, follower: Follower, backoff_ms: int) -> ReplicaFetcher:
-    return ReplicaFetcher(1, follower, leader, FetcherConfig(replica_id=2, backoff_ms=backoff_ms), clock=lambda: 0)
+def _fetcher(leader: Leader | ParkingLeader, follower: Follower, backoff_ms: int = 1000,
+             max_wait_ms: int = 500) -> ReplicaFetcher:
+    return ReplicaFetcher(1, follower, leader, FetcherConfig(replica_id=2, backoff_ms=backoff_ms,
+                                                             max_wait_ms=max_wait_ms), clock=lambda: 0)
 
 
 def test_the_hold_doubles_from_the_first_up_to_the_backoff_and_a_success_starts_it_over():
@@ -121,4 +155,40 @@ def test_a_leader_that_keeps_refusing_is_asked_less_often_each_time_until_the_ba
         assert at[3] - at[0] < 0.320, gaps              # three retries (70 ms of holds) inside one backoff
         assert follower.appended == []
         assert fetcher.partitions[KEY].errors >= 7
+    asyncio.run(go())
+
+
+def test_a_partition_added_while_a_fetch_is_parked_on_the_leader_is_fetched_at_once_on_a_new_connection():
+    # The follower fetches partition 0 from an idle leader; a new topic's partition 1 comes to the same
+    # fetcher. Waiting for the parked fetch would take its max wait (a minute here).
+    async def go() -> None:
+        leader, follower = ParkingLeader(), Follower()
+        fetcher = _fetcher(leader, follower, max_wait_ms=60_000)
+        fetcher.add(("t", 0), leader_epoch=1)
+        fetcher.start()
+        try:
+            await _until(lambda: leader.asked, 10)
+            fetcher.add(("t", 0), leader_epoch=1)           # the same partition again: nothing to give up
+            await asyncio.sleep(0.05)
+            assert leader.drops == [] and len(leader.asked) == 1
+            fetcher.add(("t", 1), leader_epoch=1)
+            await _until(lambda: follower.appended, 10)
+        finally:
+            await fetcher.aclose()
+        assert leader.drops == ["fetcher-1"]                # the parked fetch's connection is closed
+        assert leader.asked[:2] == [[("t", 0)], [("t", 0), ("t", 1)]]
+        assert follower.appended[0] == leader.record
+    asyncio.run(go())
+
+
+def test_closing_a_fetcher_while_its_fetch_is_parked_ends_it():
+    async def go() -> None:
+        leader, follower = ParkingLeader(), Follower()
+        fetcher = _fetcher(leader, follower, max_wait_ms=60_000)
+        fetcher.add(("t", 0), leader_epoch=1)
+        fetcher.start()
+        await _until(lambda: leader.asked, 10)
+        await asyncio.wait_for(fetcher.aclose(), 5)
+        assert fetcher._task is not None and fetcher._task.cancelled()
+        assert leader.drops == []
     asyncio.run(go())
