@@ -3,7 +3,8 @@
 in one run:
 
 * produce throughput, acks=all, 1 KiB records, to a topic with replication factor 3 and to one with
-  replication factor 1 on the same cluster (fresh topics, alternating, --rounds each); the ratio
+  replication factor 1 on the same cluster (fresh topics, alternating, --rounds each, each topic's
+  files removed when its round ends: log.segment.delete.delay.ms=0); the ratio
   RF3/RF1 (the issue's target: at least 0.5); then once more each with --sustained-records (3 GB by
   default), long enough for the page cache's growth to cost what it costs in a steady state (on a VM
   whose hypervisor reclaims freed memory, see odradek.storage.page_cache), where a 300 MB round does not;
@@ -274,7 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         args.sustained_records = 100_000
 
     base = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
-    overrides = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms)}
+    # Each round deletes its topic. With Kafka's default file.delete.delay.ms (60 s) the deleted rounds'
+    # gigabytes stay in the page cache for the rest of the run, so every round started with more memory
+    # in use than the one before; on a VM whose hypervisor reclaims freed memory that made each round
+    # slower than the last (RF 3 first, as it writes three times the pages), and the median said how
+    # many rounds ran. Removed at once, every round starts from the same state. --override replaces it.
+    overrides = {"zookeeper.session.timeout.ms": str(args.session_timeout_ms), "log.segment.delete.delay.ms": "0"}
     for item in args.override:
         key, sep, value = item.partition("=")
         if not sep:
@@ -318,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         f"cluster-bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": platform.platform(), "cpus": os.cpu_count(), "args": vars(args),
+                               "broker_overrides": overrides,
                                "results": results, "table": table}, indent=2))
     print(f"JSON: {out}")
     return 0
