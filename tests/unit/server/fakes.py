@@ -4,6 +4,7 @@
   as `storage.Log` does); `MemoryLogs`: the log directories over such logs (the replica manager's
   `LogProvider`, the controller channel's `LogStore`, DescribeLogDirs' `LogDirs`).
 - `FakeAlterPartition`: records ISR proposals and accepts or refuses them.
+- `until(condition, what)`: wait on the running loop for a condition, with a deadline.
 - `make_services(...)`: the real ReplicaManager, MetadataCache, Coordinators and embedded controller
   channel (the cluster controller over the embedded store, in memory) over these fakes, with the
   worker pool inline, and `context(services, api_key, api_version)` for one request.
@@ -14,9 +15,10 @@ producer sends.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,15 @@ from odradek.server.workers import InlinePool
 from odradek.storage.errors import OffsetOutOfRangeError
 
 LISTENER = "PLAINTEXT"
+
+
+async def until(condition: Callable[[], object], what: str = "the condition", timeout: float = 10.0) -> None:
+    """Return once `condition()` holds, checking each millisecond; fail after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.001)
 
 
 def batch(*values: bytes, timestamp: int = 1_000, timestamps: list[int] | None = None) -> bytearray:

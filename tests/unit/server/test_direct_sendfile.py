@@ -15,6 +15,7 @@ import uvloop
 from odradek.server import record_slices
 from odradek.server.record_slices import RecordSlices, direct_sendfile
 from odradek.storage.fileslice import FileSlice
+from tests.unit.server.fakes import until
 
 LOOPS = {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 
@@ -73,14 +74,6 @@ async def _read(loop, sock: socket.socket, n: int) -> bytes:
     return bytes(out)
 
 
-async def _until(condition, what: str, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.001)
-
-
 def _count_sendfile(monkeypatch) -> list[int]:
     calls: list[int] = []
     real = os.sendfile
@@ -103,7 +96,7 @@ def test_a_slice_larger_than_the_socket_arrives_whole_and_in_order(loop, data_fi
         transport.write(b"HEAD")
         send = loop.create_task(direct_sendfile(transport, FileSlice(f, start, length)))
         # nobody reads yet: the socket fills, and the rest waits in a piece held by the transport
-        await _until(lambda: transport.get_write_buffer_size() > 0, "the socket to fill")
+        await until(lambda: transport.get_write_buffer_size() > 0, "the socket to fill")
         got = await _read(loop, reader, 4 + length)
         assert await send == length
         transport.write(b"TAIL")
@@ -162,7 +155,7 @@ def test_a_reader_gone_mid_slice_is_an_os_error(loop, data_file):
     async def run():
         transport, _, reader = await _pair(loop)
         send = loop.create_task(direct_sendfile(transport, FileSlice(f, 0, 5 * 1024 * 1024)))
-        await _until(lambda: transport.get_write_buffer_size() > 0, "the socket to fill")
+        await until(lambda: transport.get_write_buffer_size() > 0, "the socket to fill")
         reader.close()
         with pytest.raises(OSError):
             await asyncio.wait_for(send, 10)

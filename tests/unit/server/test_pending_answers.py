@@ -10,6 +10,7 @@ import asyncio
 import struct
 
 from odradek.server.network import MAX_PENDING_ANSWERS, Connection, Later, Listener, RequestPool
+from tests.unit.server.fakes import until
 
 
 class Handler:
@@ -44,25 +45,18 @@ async def _read_answer(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(size)
 
 
-async def _until(condition, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.001)
-
-
 def test_answers_go_out_in_request_order_whatever_order_they_complete_in():
     async def main():
         handler, pool = Handler(), RequestPool(bytes_max=1 << 20, requests_max=100)
         listener, port = await _serve(handler, pool)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(_request(b"later:a") + _request(b"now:b") + _request(b"later:c") + _request(b"now:d"))
-        await _until(lambda: handler.handled == [b"a", b"b", b"c", b"d"])   # none waited for a's answer
-        await _until(lambda: pool.requests == 0 and pool.bytes_used == 0)    # handed over: shares back
+        await until(lambda: handler.handled == [b"a", b"b", b"c", b"d"])   # none waited for a's answer
+        await until(lambda: pool.requests == 0 and pool.bytes_used == 0)    # handed over: shares back
         handler.later[b"c"].set_result([b"c"])
         handler.later[b"a"].set_result([b"a"])
         assert [await _read_answer(reader) for _ in range(4)] == [b"a", b"b", b"c", b"d"]
-        await _until(lambda: pool.requests == 0 and pool.bytes_used == 0)
+        await until(lambda: pool.requests == 0 and pool.bytes_used == 0)
         writer.close()
         await listener.aclose()
 
@@ -76,18 +70,18 @@ def test_at_most_max_pending_answers_then_the_connection_waits():
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         names = [f"r{i}".encode() for i in range(MAX_PENDING_ANSWERS + 3)]
         writer.write(b"".join(_request(b"later:" + n) for n in names))
-        await _until(lambda: len(handler.handled) == MAX_PENDING_ANSWERS)
+        await until(lambda: len(handler.handled) == MAX_PENDING_ANSWERS)
         for _ in range(20):
             await asyncio.sleep(0)
         assert len(handler.handled) == MAX_PENDING_ANSWERS   # the rest wait for room
         handler.later[names[0]].set_result([names[0]])
         assert await _read_answer(reader) == names[0]
-        await _until(lambda: len(handler.handled) == MAX_PENDING_ANSWERS + 1)
+        await until(lambda: len(handler.handled) == MAX_PENDING_ANSWERS + 1)
         for n in names[1:]:
-            await _until(lambda: n in handler.later)
+            await until(lambda: n in handler.later)
             handler.later[n].set_result([n])
         assert [await _read_answer(reader) for _ in names[1:]] == names[1:]
-        await _until(lambda: pool.requests == 0 and pool.bytes_used == 0)
+        await until(lambda: pool.requests == 0 and pool.bytes_used == 0)
         writer.close()
         await listener.aclose()
 
@@ -103,7 +97,7 @@ def test_waiting_answers_do_not_hold_the_pool():
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(_request(b"later:w%d" % i))
             waiting.append((reader, writer))
-        await _until(lambda: len(handler.later) == 3)
+        await until(lambda: len(handler.later) == 3)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(_request(b"now:fetch"))          # another connection is still served
         assert await _read_answer(reader) == b"fetch"
@@ -126,10 +120,10 @@ def test_a_client_gone_with_answers_pending_gives_everything_back():
         listener, port = await _serve(handler, pool)
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(_request(b"later:x") + _request(b"now:y") + _request(b"later:z"))
-        await _until(lambda: len(handler.handled) == 3)
+        await until(lambda: len(handler.handled) == 3)
         writer.transport.abort()
-        await _until(lambda: pool.requests == 0 and pool.bytes_used == 0 and not listener.connections)
-        await _until(lambda: handler.later[b"x"].cancelled() and handler.later[b"z"].cancelled())
+        await until(lambda: pool.requests == 0 and pool.bytes_used == 0 and not listener.connections)
+        await until(lambda: handler.later[b"x"].cancelled() and handler.later[b"z"].cancelled())
         await listener.aclose()
 
     asyncio.run(asyncio.wait_for(main(), 10))

@@ -10,6 +10,7 @@ from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import fetch as fm
 from odradek.records.builder import RecordBatchBuilder
 from odradek.server.replica_fetcher import FIRST_HOLD_MS, FetcherConfig, FetchState, ReplicaFetcher
+from tests.unit.server.fakes import until
 
 KEY = ("t", 0)
 
@@ -106,13 +107,6 @@ class ParkingLeader:
         self.drops.append(purpose)
 
 
-async def _until(check, seconds: float) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.001)
-
-
 def _started(leader: Leader | ParkingLeader, follower: Follower, key: tuple[str, int], backoff_ms: int = 1000,
              max_wait_ms: int = 500) -> ReplicaFetcher:
     """A fetcher from broker 1 (the leader) for broker 2 (the follower), following `key`, running."""
@@ -139,7 +133,7 @@ def test_a_follower_whose_leader_does_not_lead_yet_fetches_again_within_millisec
         leader, follower = Leader(refusals=1), Follower()
         fetcher = _started(leader, follower, KEY, backoff_ms=60_000)
         try:
-            await _until(lambda: follower.appended, 10)
+            await until(lambda: follower.appended, "the follower to append")
         finally:
             await fetcher.aclose()
         assert follower.appended[0] == leader.record
@@ -152,7 +146,7 @@ def test_a_leader_that_keeps_refusing_is_asked_less_often_each_time_until_the_ba
         leader, follower = Leader(refusals=10**9), Follower()
         fetcher = _started(leader, follower, KEY, backoff_ms=320)
         try:
-            await _until(lambda: len(leader.fetched_at) >= 8, 10)
+            await until(lambda: len(leader.fetched_at) >= 8, "eight fetches")
         finally:
             await fetcher.aclose()
         at = leader.fetched_at
@@ -172,12 +166,12 @@ def test_a_partition_added_while_a_fetch_is_parked_on_the_leader_is_fetched_at_o
         leader, follower = ParkingLeader(), Follower()
         fetcher = _started(leader, follower, ("t", 0), max_wait_ms=60_000)
         try:
-            await _until(lambda: leader.asked, 10)
+            await until(lambda: leader.asked, "the first fetch")
             parked = fetcher._inflight
             fetcher.add(("t", 0), leader_epoch=1)           # the same partition again: nothing to give up
             assert parked is not None and fetcher._inflight is parked and not parked.cancelled()
             fetcher.add(("t", 1), leader_epoch=1)
-            await _until(lambda: follower.appended, 10)
+            await until(lambda: follower.appended, "the follower to append")
         finally:
             await fetcher.aclose()
         assert leader.drops == ["fetcher-1"]                # the parked fetch's connection is closed
@@ -190,7 +184,7 @@ def test_closing_a_fetcher_while_its_fetch_is_parked_ends_it():
     async def go() -> None:
         leader, follower = ParkingLeader(), Follower()
         fetcher = _started(leader, follower, ("t", 0), max_wait_ms=60_000)
-        await _until(lambda: leader.asked, 10)
+        await until(lambda: leader.asked, "the first fetch")
         await asyncio.wait_for(fetcher.aclose(), 5)
         assert fetcher._task is not None and fetcher._task.cancelled()
         assert leader.drops == []
