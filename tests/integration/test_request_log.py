@@ -1,5 +1,6 @@
-"""The request log (Kafka's kafka.request.logger): `odradek serve --logger odradek.requests.completed.<Api>=DEBUG`
-logs every completed request of that API, and only of that API."""
+"""What `odradek serve` logs. The request log (Kafka's kafka.request.logger): `--logger
+odradek.requests.completed.<Api>=DEBUG` logs every completed request of that API, and only of that API.
+At start-up, how many objects it froze out of the garbage collector's full passes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
+from .clients import wait_until
 from .conftest import odradek_command
 
 BROKER_LOGGERS = {"odradek.requests.completed.Metadata": "DEBUG"}
@@ -33,3 +35,9 @@ def test_a_malformed_logger_option_is_refused():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "expected NAME=LEVEL" in r.stderr
+
+
+def test_start_up_objects_are_frozen_once_the_broker_listens(broker):
+    pattern = re.compile(r"froze (\d+) start-up objects out of the garbage collector's full passes")
+    found = wait_until(lambda: pattern.search(broker.log_text(0)), 10, "the start-up freeze in the broker's log")
+    assert int(found.group(1)) > 10_000   # the modules and the broker's structures, not a handful

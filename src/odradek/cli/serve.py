@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -66,6 +67,20 @@ def run(args) -> int:
         return 0
 
 
+def settle_heap() -> int:
+    """Collect what start-up left behind, then freeze the survivors (modules, configs, the broker's
+    structures) into the collector's permanent generation, and return how many were frozen.
+
+    They live as long as the process, yet every full (generation 2) collection walked them all: under
+    a 10k records/s replicated load each broker paused 13-46 ms about every 20 s, the slowest samples
+    of the end-to-end p99. Frozen, a full pass walks only what was made since. Reference counting still
+    frees a frozen object that is dropped; only a frozen cycle would stay, and start-up makes none
+    that it later drops."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 async def _serve(config) -> int:
     from odradek.server.broker import Broker
 
@@ -83,6 +98,7 @@ async def _serve(config) -> int:
     bound = ", ".join(f"{ep}" for _, ep in broker.listeners)
     log.info("odradek broker %d started (cluster %s) listening on %s, ports %s",
              broker.broker_id, broker.cluster_id, bound, broker.bound_ports)
+    log.info("froze %d start-up objects out of the garbage collector's full passes", settle_heap())
     await stop.wait()
     log.info("shutting down")
     await broker.aclose()
