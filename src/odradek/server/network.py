@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
 import time
 from typing import Any, Awaitable, Callable
 
@@ -346,15 +347,28 @@ class Connection(asyncio.BufferedProtocol):
                     self._resume("muted")
 
     async def send(self, chunks: list) -> None:
+        """Send one answer: its size prefix, then `chunks` (buffers, and record sets that send
+        themselves, with sendfile where they can). An answer in several parts (a fetch's header,
+        its records from the page cache, the rest of the response) is sent with the TCP socket
+        corked, so the kernel sends full segments and the peer is woken once, not first for a
+        header of a few dozen bytes; uncorking at the end sends what is left at once."""
         size = 0
         for c in chunks:
             size += c.size if hasattr(c, "size") and not isinstance(c, (bytes, bytearray, memoryview)) else len(c)
         t = self.transport
-        for c in coalesced([frame(size), *chunks]):
-            if isinstance(c, (bytes, bytearray, memoryview)):
-                t.write(c)
-            else:
-                await c.send(t, self.listener.loop, self.listener.use_sendfile)
+        parts = coalesced([frame(size), *chunks])
+        corked = _tcp_socket(t) if len(parts) > 1 else None
+        if corked is not None:
+            _cork(corked, True)
+        try:
+            for c in parts:
+                if isinstance(c, (bytes, bytearray, memoryview)):
+                    t.write(c)
+                else:
+                    await c.send(t, self.listener.loop, self.listener.use_sendfile)
+        finally:
+            if corked is not None and not t.is_closing():
+                _cork(corked, False)
         if not self.drained.is_set():
             await self.drained.wait()
 
@@ -375,6 +389,21 @@ class Connection(asyncio.BufferedProtocol):
             if waiter is not None and waiter.done():
                 self.transport._empty_waiter = None
             self.transport.abort()
+
+
+def _tcp_socket(transport: asyncio.BaseTransport) -> Any:
+    """The transport's TCP socket, or None (another kind of socket, or no TCP_CORK on this OS)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or not hasattr(socket, "TCP_CORK") or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return sock
+
+
+def _cork(sock: Any, on: bool) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)
+    except OSError:
+        pass   # the connection is gone; the write that follows (or already failed) reports it
 
 
 class ConnectionClosing(Exception):
