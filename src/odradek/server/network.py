@@ -48,7 +48,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from odradek.protocol.framing import FrameReader, FrameTooLarge, coalesced, frame
-from odradek.server.record_slices import native_sendfile
+from odradek.server.record_slices import inlined, native_sendfile
 
 log = logging.getLogger("odradek.network")
 
@@ -128,6 +128,7 @@ class Connection(asyncio.BufferedProtocol):
         self.reader = FrameReader(listener.max_request_bytes, pool=listener.pool)
         self.pending: collections.deque[bytearray] = collections.deque()
         self.transport: asyncio.Transport | None = None
+        self.tcp_socket: Any = None
         self.peer: tuple = ("?", 0)
         self.worker: asyncio.Task | None = None
         self.last_active = time.monotonic()
@@ -147,6 +148,7 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.peer = transport.get_extra_info("peername") or ("?", 0)
+        self.tcp_socket = _tcp_socket(transport)     # looked up once: uvloop builds a new object per call
         if not self.listener.admit(self):
             transport.abort()
             self.closed = True
@@ -356,8 +358,8 @@ class Connection(asyncio.BufferedProtocol):
         for c in chunks:
             size += c.size if hasattr(c, "size") and not isinstance(c, (bytes, bytearray, memoryview)) else len(c)
         t = self.transport
-        parts = coalesced([frame(size), *chunks])
-        corked = _tcp_socket(t) if len(parts) > 1 else None
+        parts = coalesced([frame(size), *inlined(chunks)])
+        corked = self.tcp_socket if len(parts) > 1 else None
         if corked is not None:
             _cork(corked, True)
         try:
