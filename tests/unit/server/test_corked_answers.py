@@ -57,14 +57,19 @@ async def _read_answer(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(size)
 
 
+async def _connect(handler: Handler) -> tuple[Listener, asyncio.StreamReader, asyncio.StreamWriter]:
+    listener = Listener(handler, max_request_bytes=1 << 20, pool=RequestPool(bytes_max=1 << 20, requests_max=10),
+                        max_connections=10, max_connections_per_ip=10, idle_ms=60_000)
+    port = await listener.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    return listener, reader, writer
+
+
 @pytest.mark.parametrize("loop_name", sorted(RUNNERS))
 def test_a_many_part_answer_is_sent_corked_then_uncorked(loop_name):
     async def main():
         handler = Handler()
-        listener = Listener(handler, max_request_bytes=1 << 20, pool=RequestPool(bytes_max=1 << 20, requests_max=10),
-                            max_connections=10, max_connections_per_ip=10, idle_ms=60_000)
-        port = await listener.start("127.0.0.1", 0)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        listener, reader, writer = await _connect(handler)
         try:
             writer.write(struct.pack(">i", 5) + b"fetch")
             assert await _read_answer(reader) == b"header" + handler.records.data + b"tail"
@@ -113,10 +118,7 @@ def test_a_fetch_answer_with_few_records_arrives_whole(loop_name, tmp_path):
     async def main():
         handler = Handler()
         handler.records = records
-        listener = Listener(handler, max_request_bytes=1 << 20, pool=RequestPool(bytes_max=1 << 20, requests_max=10),
-                            max_connections=10, max_connections_per_ip=10, idle_ms=60_000)
-        port = await listener.start("127.0.0.1", 0)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        listener, reader, writer = await _connect(handler)
         try:
             writer.write(struct.pack(">i", 5) + b"fetch")
             assert await _read_answer(reader) == b"header" + data + b"tail"
