@@ -8,8 +8,9 @@ whose `loop.sendfile` would read and copy, the slice is sent straight to the tra
 (`direct_sendfile`) whenever the transport holds nothing unsent, and when the socket is full one piece
 goes through the transport, which waits for the socket, before sendfile takes over again. Small
 slices, and slices on transports without a plain socket, are read with positioned reads (`pread`)
-into the transport a bounded piece at a time; a record set smaller than SENDFILE_MIN_BYTES in all is read
-before the answer is written (`inlined`), so the answer goes out as one buffer in one write. Either way
+into the transport a bounded piece at a time; record sets that come to less than SENDFILE_MIN_BYTES in
+all are read before the answer is written (`inlined`), so a small answer goes out as one buffer in one
+write. Either way
 the bytes are never decoded by Python.
 
 `LegacyRecords` (Fetch v0-3, whose readers know only magic 0/1 messages): the v2 batches are
@@ -150,13 +151,20 @@ class RecordSlices:
 
 
 def inlined(chunks: list) -> list:
-    """`chunks` with each record set smaller than SENDFILE_MIN_BYTES read now into bytes (it would
-    be read with pread when sent anyway), so a fetch answer with a few records is one buffer: one
-    write, one segment, one wake-up of the reader, instead of a header, the records and the rest
-    written one by one."""
-    if not any(type(c) is RecordSlices and c.size < SENDFILE_MIN_BYTES for c in chunks):
-        return chunks
-    return [c.read() if type(c) is RecordSlices and c.size < SENDFILE_MIN_BYTES else c for c in chunks]
+    """`chunks` with its record sets read now into bytes while together they come to less than
+    SENDFILE_MIN_BYTES (each would be read with pread when sent anyway), so a fetch answer with a few
+    records is one buffer: one write, one segment, one wake-up of the reader, instead of a header,
+    the records and the rest written one by one. What is read at once stays that small; larger
+    answers still read and send their small slices a piece at a time, as the socket takes them."""
+    budget = SENDFILE_MIN_BYTES
+    out = None
+    for i, c in enumerate(chunks):
+        if type(c) is RecordSlices and c.size < budget:
+            if out is None:
+                out = list(chunks)
+            out[i] = c.read()
+            budget -= c.size
+    return chunks if out is None else out
 
 
 class LegacyRecords:

@@ -107,6 +107,16 @@ def test_a_small_record_set_is_read_into_the_answer_and_a_large_one_is_not(tmp_p
         assert [out[0], out[2], out[4]] == [b"header", b"middle", b"tail"]
         # a header, a small record set and the rest: the answer is one buffer, sent in one write
         assert len(coalesced([b"\0\0\0\1", *inlined([b"header", small, b"tail"])])) == 1
+        # what is read at once stays under SENDFILE_MIN_BYTES: the third set is left to be sent by itself
+        (tmp_path / "big").mkdir()
+        third = SENDFILE_MIN_BYTES // 3 + 1
+        whole, _, g = _slices(tmp_path / "big", [third] * 3)
+        try:
+            sets = [RecordSlices([s]) for s in whole.slices]
+            out = inlined(sets)
+            assert [type(c) for c in out] == [bytes, bytes, RecordSlices] and out[2] is sets[2]
+        finally:
+            g.close()
     finally:
         f.close()
 
