@@ -308,17 +308,18 @@ class Partition:
         return self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset)) != old
 
     # ------------------------------------------------------------------------------ follower state
-    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
-        """A follower fetched from `fetch_offset`: it has everything below it. False if it is no
-        replica of ours."""
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool | None:
+        """A follower fetched from `fetch_offset`: it has everything below it. None if it is no
+        replica of ours, else whether its log end offset moved (only then can the high watermark)."""
         f = self.followers.get(replica_id)
         if f is None:
-            return False
+            return None
         if fetch_offset >= self.log.log_end_offset:
             f.last_caught_up_ms = now_ms
+        moved = f.log_end_offset != fetch_offset
         f.log_end_offset = fetch_offset
         f.last_fetch_ms = now_ms
-        return True
+        return moved
 
     def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR with `replica_id` added, if it has caught up and is not in it; else None."""

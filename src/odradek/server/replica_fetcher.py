@@ -5,7 +5,9 @@ Kafka's ReplicaFetcherManager and ReplicaFetcherThread, KIP-101 and KIP-279 for 
 One fetcher task per source broker (the leader), its partitions batched into one Fetch request with
 this broker's id as the replica id and each partition's leader epoch, so the leader fences a follower
 that is behind on leadership changes and counts the fetch offset as the follower's log end offset
-(which moves the high watermark and grows the ISR).
+(which moves the high watermark and grows the ISR). Each fetcher keeps an incremental fetch session
+(KIP-227) with its leader (replica_fetch_session.py): a request names only the partitions whose fetch
+position moved, and the answer carries only the partitions with something new.
 
 A partition added to a fetcher first truncates (KIP-279): the follower asks the leader, with
 OffsetForLeaderEpoch, where its latest leader epoch ends on the leader, finds the same epoch in its own
@@ -47,6 +49,7 @@ from odradek.protocol.error_codes import ErrorCode, KafkaApiError, for_code
 from odradek.protocol.messages import fetch as fm
 from odradek.protocol.messages import offset_for_leader_epoch as om
 from odradek.server.inter_broker import BrokerUnreachable
+from odradek.server.replica_fetch_session import FetchSessionHandler, Position
 from odradek.storage.errors import StorageError
 
 log = logging.getLogger("odradek.replica_fetcher")
@@ -122,6 +125,7 @@ class ReplicaFetcher:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.purpose = f"fetcher-{leader_id}"
+        self.session = FetchSessionHandler()                        # KIP-227, with this leader
         self._inflight: asyncio.Task[None] | None = None            # the fetch out now
         self._inflight_epochs: dict[TopicPartition, int] = {}       # what it asks for
         self._interrupted = False
@@ -274,41 +278,46 @@ class ReplicaFetcher:
 
     # ------------------------------------------------------------------------------ fetch
     async def _fetch(self, states: dict[TopicPartition, FetchState]) -> None:
-        topics: dict[str, list[fm.FetchPartition]] = {}
-        offsets: dict[TopicPartition, int] = {}
+        wanted: dict[TopicPartition, Position] = {}
         for key, st in states.items():
             leo = self.replicas.follower_log_end_offset(*key)
             if leo is None:
                 self.partitions.pop(key, None)
                 continue
-            offsets[key] = leo
-            topics.setdefault(key[0], []).append(fm.FetchPartition(
-                partition=key[1], current_leader_epoch=st.leader_epoch, fetch_offset=leo,
-                partition_max_bytes=self.config.partition_max_bytes))
-        if not topics:
+            wanted[key] = (leo, st.leader_epoch, self.config.partition_max_bytes)
+        if not wanted:
             return
         c = self.config
+        asked = self.session.build(wanted)
         request = fm.FetchRequest(
             replica_id=c.replica_id, replica_state=fm.ReplicaState(replica_id=c.replica_id),
             max_wait_ms=c.max_wait_ms, min_bytes=c.min_bytes, max_bytes=c.response_max_bytes, isolation_level=0,
-            session_id=0, session_epoch=-1,
-            topics=[fm.FetchTopic(topic=t, partitions=ps) for t, ps in topics.items()], forgotten_topics_data=[])
-        response = await self.requester.request(self.purpose, self.leader_id, FETCH_KEY, request,
-                                                timeout_ms=c.request_timeout_ms + c.max_wait_ms)
+            session_id=asked.session_id, session_epoch=asked.epoch, topics=asked.topics,
+            forgotten_topics_data=asked.forgotten)
+        try:
+            response = await self.requester.request(self.purpose, self.leader_id, FETCH_KEY, request,
+                                                    timeout_ms=c.request_timeout_ms + c.max_wait_ms)
+        except BaseException:          # unanswered (unreachable, given up, closing): start the session over
+            self.session.failed()
+            raise
+        if not self.session.succeeded(response):                 # type: ignore[arg-type]
+            log.info("fetch session with broker %d refused (%s); starting a new one", self.leader_id,
+                     for_code(response.error_code).name)          # type: ignore[attr-defined]
+            return
         now = self.clock()
         for t in response.responses:                   # type: ignore[attr-defined]
             for p in t.partitions:
                 key = (t.topic, p.partition_index)
                 held = self.partitions.get(key)
-                if held is None or key not in offsets or held.leader_epoch != states[key].leader_epoch:
+                if held is None or key not in wanted or held.leader_epoch != states[key].leader_epoch:
                     continue
-                if self.replicas.follower_log_end_offset(*key) != offsets[key]:
+                if self.replicas.follower_log_end_offset(*key) != wanted[key][0]:
                     continue            # truncated or changed while the fetch was out
                 code = for_code(p.error_code)
                 if code is ErrorCode.NONE:
                     self._append(key, p, now)
                 elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
-                    self._out_of_range(key, offsets[key], p, now)
+                    self._out_of_range(key, wanted[key][0], p, now)
                 else:
                     log.info("fetch of %s-%d from broker %d: %s", key[0], key[1], self.leader_id, code.name)
                     self._hold(key)

@@ -333,14 +333,16 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------------------ followers and ISR
     def update_follower_fetch_state(self, part: Partition, replica_id: int, fetch_offset: int, now_ms: int) -> None:
-        if not part.update_follower_fetch_state(replica_id, fetch_offset, now_ms):
+        moved = part.update_follower_fetch_state(replica_id, fetch_offset, now_ms)
+        if moved is None:
             return
-        if part.maybe_increment_high_watermark():
+        if moved and part.maybe_increment_high_watermark():
             self._high_watermark_moved(part)
             self._wake(part.key)
-        isr = part.isr_to_expand(replica_id)
-        if isr is not None:
-            self._propose_isr(part, isr)
+        if replica_id not in part.isr:
+            isr = part.isr_to_expand(replica_id)
+            if isr is not None:
+                self._propose_isr(part, isr)
 
     def maybe_shrink_isr(self, now_ms: int) -> int:
         """Propose shrinking the ISR of every partition led here with lagging followers; how many."""
