@@ -97,7 +97,10 @@ class Broker:
         self.local_logs = LocalLogs(self._new_log_config, config.get("producer.id.expiration.ms"))
         self.replica_manager = ReplicaManager(
             self.broker_id, self.local_logs, self.metadata, clock,
-            replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"))
+            replica_lag_time_max_ms=config.get("replica.lag.time.max.ms"),
+            follower_cache_keep_bytes=resolve_keep_bytes(config.get("replica.drop.behind.bytes"),
+                                                         key="replica.drop.behind.bytes",
+                                                         logs="each follower replica's log"))
         self.fetch_sessions = FetchSessionCache(config.get("max.incremental.fetch.session.cache.slots"))
         self.listeners: list[tuple[Listener, Endpoint]] = []
         self._listener_names: dict[Listener, str] = {}

@@ -434,6 +434,10 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     K("log.drop.behind.bytes", LONG, 0, LOW, AtLeast(-1), "Newest bytes of each log kept in the page "
       "cache; older written pages are dropped. 0: off (Kafka's behaviour); -1: 64 MiB when the hypervisor "
       "reclaims free memory (virtio-balloon free page reporting), else off. odradek only."),
+    K("replica.drop.behind.bytes", LONG, -1, LOW, AtLeast(-1), "Newest bytes of each follower replica's "
+      "log kept in the page cache (consumers read leaders); older written pages are dropped. 0: as "
+      "log.drop.behind.bytes; -1: 64 MiB when the hypervisor reclaims free memory, else as "
+      "log.drop.behind.bytes. odradek only."),
     K("num.recovery.threads.per.data.dir", INT, 2, HIGH, AtLeast(1), "Threads recovering each log dir.",
       dynamic=True),
     K("log.message.timestamp.type", STRING, "CreateTime", MEDIUM, TIMESTAMP_TYPES, "Timestamp stored.",

@@ -61,6 +61,9 @@ class TimestampAndOffset(Protocol):
 class PartitionLog(Protocol):
     """What a partition needs of its log (`odradek.storage.log.Log`; an in-memory fake in tests)."""
 
+    # how much of its newest data the log keeps in the page cache; None: the broker's default
+    cache_keep_bytes: int | None
+
     @property
     def log_start_offset(self) -> int: ...
 

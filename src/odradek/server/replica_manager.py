@@ -83,7 +83,7 @@ class LogReadResult:
 class ReplicaManager:
     def __init__(self, broker_id: int, logs: LogProvider, metadata: MetadataCache, clock: Clock, *,
                  purgatory: Purgatory | None = None, alter_partition: AlterPartition | None = None,
-                 replica_lag_time_max_ms: int = 30_000) -> None:
+                 replica_lag_time_max_ms: int = 30_000, follower_cache_keep_bytes: int = 0) -> None:
         self.broker_id = broker_id
         self.logs = logs
         self.metadata = metadata
@@ -92,6 +92,9 @@ class ReplicaManager:
         self.delayed_produces: DelayedProduces[Partition] = DelayedProduces(self._acks_status)
         self.alter_partition = alter_partition
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # replica.drop.behind.bytes, resolved: what a follower's log keeps in the page cache (0: the
+        # broker's log.drop.behind.bytes, as for leaders)
+        self.follower_cache_keep_bytes = follower_cache_keep_bytes
         self._partitions: dict[TopicPartition, Partition] = {}
         self._hw_listeners: dict[TopicPartition, HighWatermarkListener] = {}
         self._leadership_listeners: list[LeadershipListener] = []
@@ -414,6 +417,8 @@ class ReplicaManager:
                 continue
             self._partitions[st.key] = part
             errors[st.key] = ErrorCode.NONE
+            # Nobody reads a follower's log (consumers read leaders): it need not stay cached.
+            part.log.cache_keep_bytes = None if part.is_leader else (self.follower_cache_keep_bytes or None)
             if changed:
                 (leaders if part.is_leader else followers).append(part)
                 self._wake(part.key)

@@ -138,6 +138,9 @@ class Log:
         self._drop_base = -1
         self._drop_mark = 0
         self._dropped_before: int | None = None
+        # what this log keeps of its newest bytes in the page cache, set by whoever holds the log (a
+        # follower's replica: replica.drop.behind.bytes); None: the log manager's log.drop.behind.bytes
+        self.cache_keep_bytes: int | None = None
         # Created by this open: the log dir's entry for it is synced with its first flush, off the
         # event loop (Kafka too defers that fsync to the flush).
         self._parent_unsynced = False
@@ -755,7 +758,9 @@ class Log:
             raise ValueError(f"{moved.dir} is not a log of {self.topic}-{self.partition}")
         previous = Log.__new__(Log)
         previous.__dict__.update(self.__dict__)
+        keep = self.cache_keep_bytes
         self.__dict__.update(moved.__dict__)
+        self.cache_keep_bytes = keep          # the holder's choice, not the moved files'
         return previous
 
     def release(self) -> None:

@@ -541,10 +541,11 @@ class LogManager:
         if self._moves:
             self._advance_moves(now_ms)
         self._remove_deleted_dirs(now_ms)
-        keep = self.config.drop_behind_bytes
+        default_keep = self.config.drop_behind_bytes
         for _, log in self.logs():
             log.delete_expired_files(now_ms, self._unlink_in_background)
             self._flush_in_background(log, now_ms)
+            keep = default_keep if log.cache_keep_bytes is None else log.cache_keep_bytes
             if keep:
                 self._drop_behind(log, keep)
         c = self.config

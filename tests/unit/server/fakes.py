@@ -138,6 +138,7 @@ class MemoryLog:
         self.size_bytes = 0
         self.first_unstable_offset: int | None = None
         self.aborted: list = []
+        self.cache_keep_bytes: int | None = None
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list:
         return [a for a in self.aborted if a.last_offset >= fetch_offset and a.first_offset < upper_bound_offset]

@@ -211,3 +211,18 @@ def test_delete_records_and_offset_for_leader_epoch_on_the_leader():
     assert rm.last_offset_for_leader_epoch("d", 0, 2, 2) == (2, 6)
     assert rm.last_offset_for_leader_epoch("d", 0, -1, 3) is None
     assert _code(rm.last_offset_for_leader_epoch, "d", 0, 1, 2) == ErrorCode.FENCED_LEADER_EPOCH
+
+
+def test_a_follower_s_log_keeps_replica_drop_behind_bytes_cached_and_a_leader_s_the_broker_default():
+    rm = make_services(topic("c", replicas=[0, 1], leader_epoch=3), brokers=(0, 1)).replica_manager
+    rm.follower_cache_keep_bytes = 64 << 20
+    log = rm.get_partition_or_error("c", 0).log
+    follow = LeaderAndIsrState("c", 0, 1, 4, (0, 1), (0, 1))
+    assert rm.apply_leader_and_isr([follow], 0) == {("c", 0): ErrorCode.NONE}
+    assert log.cache_keep_bytes == 64 << 20
+    lead = LeaderAndIsrState("c", 0, 0, 5, (0, 1), (0, 1))
+    assert rm.apply_leader_and_isr([lead], 0) == {("c", 0): ErrorCode.NONE}
+    assert log.cache_keep_bytes is None                        # log.drop.behind.bytes, as any leader
+    rm.follower_cache_keep_bytes = 0                            # off: followers too take the default
+    assert rm.apply_leader_and_isr([LeaderAndIsrState("c", 0, 1, 6, (0, 1), (0, 1))], 0) == {("c", 0): ErrorCode.NONE}
+    assert log.cache_keep_bytes is None

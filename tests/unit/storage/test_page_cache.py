@@ -121,3 +121,29 @@ def test_the_manager_drops_written_pages_and_keeps_the_newest(tmp_path):
         assert len(read_all(log)) == 16 * 11                              # and all of it still read
     finally:
         manager.close(0)
+
+
+def test_a_log_s_own_keep_overrides_the_manager_s_setting(tmp_path):
+    """A follower replica's log (replica.drop.behind.bytes) is dropped behind while its neighbour on
+    the broker's default (here off) keeps everything it wrote."""
+    keep = 2 * MiB
+    config = LogManagerConfig(log_dirs=(str(tmp_path / "d0"),), drop_behind_bytes=0,
+                              log_defaults=LogConfig(segment_bytes=64 * MiB, index_interval_bytes=4096))
+    manager = LogManager.open(config, now_ms=0)
+    try:
+        follower = manager.get_or_create_log("t", 0, now_ms=0)
+        leader = manager.get_or_create_log("t", 1, now_ms=0)
+        follower.cache_keep_bytes = keep
+        for log in (follower, leader):
+            produce(log, 16 * 8, size=RECORD)
+        os.sync()
+        for log in (follower, leader):
+            produce(log, 16 * 3, size=RECORD)
+        manager.run_periodic(0)
+        assert manager.sync_background(10)
+        f, lead = follower.active_segment, leader.active_segment
+        assert resident(f.log_path, 0, 8 * MiB - 4096) == 0                      # dropped
+        assert resident(f.log_path, f.size - keep, f.size) >= keep - 4096         # the newest kept
+        assert resident(lead.log_path, 0, lead.size) >= lead.size                  # all of it cached
+    finally:
+        manager.close(0)
