@@ -63,6 +63,14 @@ class FetchSession:
             grouped.setdefault((topic, topic_id), []).append(fp)
         return [(t, tid, fps) for (t, tid), fps in grouped.items()]
 
+    def answered(self, ident: Any, partition: int) -> tuple[int, int, int] | None:
+        """(high watermark, last stable offset, log start offset) the session's last answer carried
+        for the partition; None when the next answer carries every partition anyway (the first)."""
+        if self.full_next:
+            return None
+        entry = self.partitions.get((ident, partition))
+        return entry[3] if entry is not None else None
+
     def filter_response(self, responses: list[FetchableTopicResponse], version: int) -> list[FetchableTopicResponse]:
         """Keep what an incremental response must carry (all of it for the session's first one)."""
         full = self.full_next

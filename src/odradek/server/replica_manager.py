@@ -299,6 +299,18 @@ class ReplicaManager:
             result.aborted_transactions = part.log.collect_aborted_transactions(fetch_offset, limit)
         return result
 
+    def follower_caught_up(self, topic: str, index: int, fetch_offset: int, current_leader_epoch: int,
+                           replica_id: int, now_ms: int) -> tuple[int, int, int] | None:
+        """A follower's fetch from the log end of a partition led here: note it (as `read` does) and
+        return (high watermark, last stable offset, log start offset), what `read` would answer with no
+        records. None when `read` has more to say (records, an error, not the leader)."""
+        part = self._partitions.get((topic, index))
+        if part is None or not part.is_leader or fetch_offset != part.log_end_offset \
+                or part.check_leader_epoch(current_leader_epoch) is not ErrorCode.NONE:
+            return None
+        self.update_follower_fetch_state(part, replica_id, fetch_offset, now_ms)
+        return part.high_watermark, part.last_stable_offset, part.log_start_offset
+
     async def wait_for_data(self, keys: list[TopicPartition], timeout_ms: int) -> bool:
         """A delayed fetch: True when one of `keys` had an append (or a change), False at the timeout."""
         return await self.purgatory.wait_any(keys, timeout_ms / 1000)

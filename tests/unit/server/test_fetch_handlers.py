@@ -11,7 +11,7 @@ from odradek.protocol.messages import list_offsets as lo
 from odradek.records.header import iter_headers
 from odradek.server.apis.fetch import handle_fetch
 from odradek.server.apis.list_offsets import EARLIEST, LATEST, MAX_TIMESTAMP, handle_list_offsets
-from tests.unit.server.fakes import FakeAlterPartition, batch, context, make_services, topic
+from tests.unit.server.fakes import Clock, FakeAlterPartition, batch, context, make_services, topic
 
 FETCH, LIST_OFFSETS = 1, 2
 
@@ -108,3 +108,43 @@ def test_list_offsets_by_special_and_real_timestamps():
     assert ask(301)[1] == -1
     assert ask(LATEST, epoch=1)[0] == ErrorCode.FENCED_LEADER_EPOCH
     assert ask(LATEST, version=3, epoch=1)[0] == ErrorCode.NONE    # no current epoch before v4
+
+
+def _session_fetch(session_id: int, epoch: int, named: dict[int, int]) -> m.FetchRequest:
+    return m.FetchRequest(replica_id=1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                          session_id=session_id, session_epoch=epoch,
+                          topics=[m.FetchTopic(topic="s", partitions=[
+                              m.FetchPartition(partition=p, current_leader_epoch=0, fetch_offset=o,
+                                               partition_max_bytes=1 << 20) for p, o in named.items()])]
+                          if named else [], forgotten_topics_data=[])
+
+
+def test_a_follower_s_session_answers_only_what_moved_and_still_notes_every_partition_s_fetch():
+    clock = Clock()
+    services = make_services(topic("s", 2, replicas=[0, 1]), brokers=(0, 1), clock=clock,
+                             alter_partition=FakeAlterPartition())
+    rm = services.replica_manager
+    _append(services, "s", b"a", b"b", partition=0)
+
+    def fetch(request: m.FetchRequest) -> tuple[int, dict[int, m.PartitionData]]:
+        r = _run(handle_fetch(context(services, FETCH, 12), request))
+        assert r.error_code == ErrorCode.NONE
+        return r.session_id, {pd.partition_index: pd for t in r.responses for pd in t.partitions}
+
+    sid, first = fetch(_session_fetch(0, 0, {0: 0, 1: 0}))            # the session starts: everything
+    assert sid and sorted(first) == [0, 1] and _offsets(first[0]) == [0, 1] and first[0].high_watermark == 0
+
+    clock.now_ms += 1_000
+    _, second = fetch(_session_fetch(sid, 1, {0: 2}))                  # it has both records now
+    assert sorted(second) == [0] and second[0].high_watermark == 2    # partition 1 idle: left out
+    idle = rm.leader_partition("s", 1).followers[1]
+    assert idle.last_fetch_ms == idle.last_caught_up_ms == clock.now_ms   # yet its fetch was noted
+
+    clock.now_ms += 1_000
+    _, third = fetch(_session_fetch(sid, 2, {}))
+    assert third == {}
+    assert rm.leader_partition("s", 0).followers[1].last_caught_up_ms == clock.now_ms
+
+    _append(services, "s", b"c", partition=1)
+    _, fourth = fetch(_session_fetch(sid, 3, {}))
+    assert sorted(fourth) == [1] and _offsets(fourth[1]) == [0]

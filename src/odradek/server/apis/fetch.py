@@ -33,7 +33,7 @@ from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.messages import fetch as m
 from odradek.server.context import RequestContext
-from odradek.server.fetch_session import Wanted
+from odradek.server.fetch_session import FetchSession, Wanted
 from odradek.server.metadata_cache import MetadataImage
 from odradek.server.partition import READ_COMMITTED
 from odradek.server.record_slices import LegacyRecords, RecordSlices
@@ -55,23 +55,37 @@ def _records_size(records: RecordSlices | LegacyRecords | bytes) -> int:
 
 
 def read_partitions(ctx: RequestContext, wanted: Wanted, *, version: int, max_bytes: int, isolation: int,
-                    replica_id: int) -> tuple[list[m.FetchableTopicResponse], int, bool]:
-    """(responses by topic, bytes read, any error) for [(topic, topic_id, [FetchPartition])]."""
+                    replica_id: int, session: FetchSession | None = None) -> tuple[list[m.FetchableTopicResponse], int, bool]:
+    """(responses by topic, bytes read, any error) for [(topic, topic_id, [FetchPartition])].
+
+    A follower's incremental session names every partition it copies from here, most of them idle (the
+    50 of `__consumer_offsets`, say) and read at every fetch. A partition the follower has all of,
+    whose high watermark, last stable offset and log start are those the session's last answer carried,
+    only has its follower fetch state noted: the incremental answer would leave it out anyway."""
     remaining = max_bytes
     total = 0
     any_error = False
     out = []
     now_ms = ctx.clock() if replica_id >= 0 else 0    # only a follower's fetch state keeps time
+    idle_check = session is not None and replica_id >= 0
+    rm = ctx.replica_manager
     for topic, topic_id, partitions in wanted:
         datas = []
+        ident = topic_id if version >= 13 else topic
         for fp in partitions:
+            if idle_check and topic is not None:
+                answered = session.answered(ident, fp.partition)    # type: ignore[union-attr]
+                if answered is not None and answered == rm.follower_caught_up(
+                        topic, fp.partition, fp.fetch_offset, fp.current_leader_epoch, replica_id, now_ms):
+                    continue
             pd, size = _read_partition(ctx, topic, fp, now_ms, version=version, remaining=remaining,
                                        first=total == 0, isolation=isolation, replica_id=replica_id)
             any_error = any_error or pd.error_code != ErrorCode.NONE
             total += size
             remaining -= size
             datas.append(pd)
-        out.append(m.FetchableTopicResponse(topic=topic or "", topic_id=topic_id, partitions=datas))
+        if datas:
+            out.append(m.FetchableTopicResponse(topic=topic or "", topic_id=topic_id, partitions=datas))
     return out, total, any_error
 
 
@@ -150,7 +164,8 @@ async def handle_fetch(ctx: RequestContext, request: m.FetchRequest) -> m.FetchR
 
     async def read() -> tuple[list[m.FetchableTopicResponse], int, bool]:
         responses, total, any_error = read_partitions(
-            ctx, wanted, version=v, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id)
+            ctx, wanted, version=v, max_bytes=max_bytes, isolation=isolation, replica_id=replica_id,
+            session=session)
         if v < 4:
             total, convert_error = await down_convert(ctx, wanted, responses, 0 if v < 2 else 1)
             any_error = any_error or convert_error
