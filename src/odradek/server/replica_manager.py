@@ -46,6 +46,14 @@ from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 log = logging.getLogger("odradek.replicas")
 
 HIGH_WATERMARK = -1   # DeleteRecords' "up to the high watermark"
+
+
+def _log_end(key: TopicPartition) -> tuple[str, int, str]:
+    """The purgatory key followers' delayed fetches wait on: appends to `key` (consumers wait on `key`
+    itself, which moves with the high watermark)."""
+    return key[0], key[1], "log end"
+
+
 Clock = Callable[[], int]
 HighWatermarkListener = Callable[[int], None]
 # (partitions that became leaders, that became followers, that were stopped)
@@ -214,12 +222,22 @@ class ReplicaManager:
             self._wake(part.key)
 
     def _appended(self, part: Partition) -> None:
+        """A leader's append: the followers' delayed fetches look again; the consumers' fetches and
+        the acks=all produces only if the high watermark moved (with followers in the ISR it moves
+        later, when they fetch: `update_follower_fetch_state`)."""
+        self.purgatory.notify(_log_end(part.key))
         if part.maybe_increment_high_watermark():
             self._high_watermark_moved(part)
-        self._wake(part.key)
+            self._high_watermark_waiters(part.key)
 
     def _wake(self, key: TopicPartition) -> None:
         """Something changed on partition `key`: delayed fetches and produces waiting on it look again."""
+        self.purgatory.notify(_log_end(key))
+        self._high_watermark_waiters(key)
+
+    def _high_watermark_waiters(self, key: TopicPartition) -> None:
+        """What waits for the high watermark (consumers' delayed fetches, acks=all) looks again.
+        Followers read to the log end: their delayed fetches wait for appends, not for this."""
         self.purgatory.notify(key)
         self.delayed_produces.check(key)
 
@@ -311,9 +329,10 @@ class ReplicaManager:
         self.update_follower_fetch_state(part, replica_id, fetch_offset, now_ms)
         return part.high_watermark, part.last_stable_offset, part.log_start_offset
 
-    async def wait_for_data(self, keys: list[TopicPartition], timeout_ms: int) -> bool:
-        """A delayed fetch: True when one of `keys` had an append (or a change), False at the timeout."""
-        return await self.purgatory.wait_any(keys, timeout_ms / 1000)
+    async def wait_for_data(self, keys: list[TopicPartition], timeout_ms: int, *, follower: bool = False) -> bool:
+        """A delayed fetch: True when one of `keys` had what the reader waits for (a follower, an
+        append; a consumer, a new high watermark) or another change; False at the timeout."""
+        return await self.purgatory.wait_any([_log_end(k) for k in keys] if follower else keys, timeout_ms / 1000)
 
     # ------------------------------------------------------------------------------ admin
     def delete_records(self, topic: str, index: int, offset: int, now_ms: int) -> int:
@@ -353,7 +372,7 @@ class ReplicaManager:
             return
         if moved and part.maybe_increment_high_watermark():
             self._high_watermark_moved(part)
-            self._wake(part.key)
+            self._high_watermark_waiters(part.key)
         if replica_id not in part.isr:
             isr = part.isr_to_expand(replica_id)
             if isr is not None:

@@ -226,3 +226,31 @@ def test_a_follower_s_log_keeps_replica_drop_behind_bytes_cached_and_a_leader_s_
     rm.follower_cache_keep_bytes = 0                            # off: followers too take the default
     assert rm.apply_leader_and_isr([LeaderAndIsrState("c", 0, 1, 6, (0, 1), (0, 1))], 0) == {("c", 0): ErrorCode.NONE}
     assert log.cache_keep_bytes is None
+
+
+def test_an_append_wakes_followers_fetches_and_the_high_watermark_wakes_consumers_fetches():
+    clock = Clock()
+    services = make_services(topic("w", replicas=[0, 1]), brokers=(0, 1), clock=clock,
+                             alter_partition=FakeAlterPartition())
+    rm = services.replica_manager
+
+    async def main():
+        part = rm.leader_partition("w", 0)
+        follower = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, follower=True))
+        consumer = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000))
+        await asyncio.sleep(0)
+        rm.append_to_leader(part, batch(b"x"), clock(), log_append_time=False, required_acks=1)
+        assert part.high_watermark == 0                 # the follower in the ISR has not fetched it yet
+        assert await follower is True
+        await asyncio.sleep(0)
+        assert not consumer.done()                      # nothing it may read yet: not woken
+        rm.read("w", 0, fetch_offset=1, current_leader_epoch=0, replica_id=1, isolation=0, max_bytes=1 << 20,
+                min_one_batch=True, now_ms=clock())
+        assert part.high_watermark == 1 and await consumer is True
+        again = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, follower=True))
+        await asyncio.sleep(0)
+        rm.stop_replicas([("w", 0)], delete=False, now_ms=clock())     # any other change wakes both
+        assert await again is True
+        await rm.aclose()
+
+    _run(main())

@@ -177,7 +177,7 @@ async def handle_fetch(ctx: RequestContext, request: m.FetchRequest) -> m.FetchR
             break
         wait_ms = deadline - loop_time()
         keys = [(t, fp.partition) for t, _, parts in wanted if t is not None for fp in parts]
-        if wait_ms <= 0 or not await ctx.replica_manager.wait_for_data(keys, wait_ms):
+        if wait_ms <= 0 or not await ctx.replica_manager.wait_for_data(keys, wait_ms, follower=replica_id >= 0):
             responses, total, any_error = await read()
             break
     if session is not None:
