@@ -55,7 +55,8 @@ def _records_size(records: RecordSlices | LegacyRecords | bytes) -> int:
 
 
 def read_partitions(ctx: RequestContext, wanted: Wanted, *, version: int, max_bytes: int, isolation: int,
-                    replica_id: int, session: FetchSession | None = None) -> tuple[list[m.FetchableTopicResponse], int, bool]:
+                    replica_id: int, session: FetchSession | None = None,
+                    ) -> tuple[list[m.FetchableTopicResponse], int, bool]:
     """(responses by topic, bytes read, any error) for [(topic, topic_id, [FetchPartition])].
 
     A follower's incremental session names every partition it copies from here, most of them idle (the
