@@ -126,11 +126,16 @@ def test_a_refused_isr_change_leaves_the_isr_as_it_was():
     _run(main())
 
 
-def test_acks_all_waits_for_the_high_watermark_or_times_out():
+def _led_here_followed_by_1(name: str):
+    """(clock, replica manager) with partition `name`-0 led here and followed by broker 1, both in the ISR."""
     clock = Clock()
-    services = make_services(topic("w", replicas=[0, 1]), brokers=(0, 1), clock=clock,
+    services = make_services(topic(name, replicas=[0, 1]), brokers=(0, 1), clock=clock,
                              alter_partition=FakeAlterPartition())
-    rm = services.replica_manager
+    return clock, services.replica_manager
+
+
+def test_acks_all_waits_for_the_high_watermark_or_times_out():
+    clock, rm = _led_here_followed_by_1("w")
 
     async def main():
         part = rm.leader_partition("w", 0)
@@ -229,10 +234,7 @@ def test_a_follower_s_log_keeps_replica_drop_behind_bytes_cached_and_a_leader_s_
 
 
 def test_an_append_wakes_followers_fetches_and_the_high_watermark_wakes_consumers_fetches():
-    clock = Clock()
-    services = make_services(topic("w", replicas=[0, 1]), brokers=(0, 1), clock=clock,
-                             alter_partition=FakeAlterPartition())
-    rm = services.replica_manager
+    clock, rm = _led_here_followed_by_1("w")
 
     async def main():
         part = rm.leader_partition("w", 0)
