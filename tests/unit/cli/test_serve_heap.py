@@ -23,7 +23,9 @@ def test_start_up_cycles_are_collected_and_the_survivors_frozen():
     try:
         frozen = settle_heap()
         assert dead() is None
-        assert frozen == gc.get_freeze_count() >= before + len(live)
+        # The count settle_heap froze. Frozen objects that other threads of the test process drop
+        # meanwhile leave the permanent generation, so the count read now can only be lower.
+        assert before + len(live) <= frozen and gc.get_freeze_count() <= frozen
         generations = {id(o) for o in gc.get_objects()}
         assert not any(id(node) in generations for node in live)
         survivor = _Node()
