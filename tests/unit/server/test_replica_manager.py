@@ -8,7 +8,7 @@ import pytest
 
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.server.partition import LeaderAndIsrState
-from tests.unit.server.fakes import Clock, FakeAlterPartition, batch, make_services, topic
+from tests.unit.server.fakes import Clock, FakeAlterPartition, batch, make_services, topic, until
 
 
 def _run(coro):
@@ -240,17 +240,16 @@ def test_an_append_wakes_followers_fetches_and_the_high_watermark_wakes_consumer
         part = rm.leader_partition("w", 0)
         follower = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, follower=True))
         consumer = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000))
-        await asyncio.sleep(0)
+        await until(lambda: rm.purgatory.waiting() == 2, "both fetches parked")
         rm.append_to_leader(part, batch(b"x"), clock(), log_append_time=False, required_acks=1)
         assert part.high_watermark == 0                 # the follower in the ISR has not fetched it yet
-        assert await follower is True
-        await asyncio.sleep(0)
-        assert not consumer.done()                      # nothing it may read yet: not woken
+        assert rm.purgatory.waiting() == 1              # the consumer's: nothing it may read yet, not woken
+        assert await follower is True and not consumer.done()
         rm.read("w", 0, fetch_offset=1, current_leader_epoch=0, replica_id=1, isolation=0, max_bytes=1 << 20,
                 min_one_batch=True, now_ms=clock())
         assert part.high_watermark == 1 and await consumer is True
         again = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, follower=True))
-        await asyncio.sleep(0)
+        await until(lambda: rm.purgatory.waiting() == 1, "the follower's fetch parked")
         rm.stop_replicas([("w", 0)], delete=False, now_ms=clock())     # any other change wakes both
         assert await again is True
         await rm.aclose()
