@@ -430,3 +430,39 @@ def test_zookeeper_restarted_the_cluster_goes_on_and_recovers(cluster):
     lost, duplicated = p.checker.report(read_all(cluster.bootstrap, "through-zk-restart", 1))
     assert not lost and not duplicated, (len(lost), len(duplicated))
     assert _all_in_sync(cluster, "through-zk-restart")
+
+
+def test_a_broker_just_started_answers_metadata_with_the_controllers_view(cluster):
+    """Until the controller's first UpdateMetadata, a broker knows only itself. A client that asks it
+    then must get the cluster, not that one broker: librdkafka drops the brokers an answer does not
+    name, and an admin request then waits for a controller it cannot reach (CreateTopics timed out so
+    once in a few cluster starts). The controller is paused (SIGSTOP) while the broker starts, so the
+    client's Metadata meets the broker before any UpdateMetadata does."""
+    import os
+    import signal
+    import threading
+    from confluent_kafka.admin import AdminClient
+    controller = cluster.controller_id()
+    restarted = cluster.brokers[next(i for i in range(3) if i != controller)]
+    assert restarted.stop() == 0
+    wait_for("the stopped broker unregistered", lambda: len(cluster.metadata().brokers) == 2)
+    mark = restarted.log_size()
+    answers: list = []
+    os.kill(cluster.brokers[controller].pid, signal.SIGSTOP)
+    try:
+        restarted.start()
+        asker = threading.Thread(target=lambda: answers.append(
+            AdminClient({"bootstrap.servers": restarted.bootstrap}).list_topics(timeout=30)))
+        asker.start()
+        wait_for("the client's Metadata answered or held for the controller's view",
+                 lambda: answers or "wait for the controller's first UpdateMetadata" in restarted.log_text(mark),
+                 timeout=20)
+    finally:
+        os.kill(cluster.brokers[controller].pid, signal.SIGCONT)
+    asker.join(40)
+    assert answers, "no Metadata answer"
+    assert sorted(answers[0].brokers) == [0, 1, 2]
+    assert answers[0].controller_id == controller
+    for name in [t for t in cluster.metadata().topics if not t.startswith("__")]:
+        wait_for(f"{name} whole again", lambda t=name: _all_in_sync(cluster, t, len(_replicas(cluster, t))),
+                 timeout=90)

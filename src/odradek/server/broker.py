@@ -208,6 +208,7 @@ class Broker:
         self.local_logs.manager = logs
         logs.ensure_meta_properties(self.broker_id, self.cluster_id)
         cluster = ZkCluster(self.broker_id, store, logs, self.replica_manager, self.metadata, self.workers, self.clock)
+        self.metadata.expect_controller()
         await self._serve(cluster, logs)
         protocols = self.config.get("listener.security.protocol.map") or ""
         protocol_of = dict(item.split(":", 1) for item in protocols.split(",") if ":" in item)

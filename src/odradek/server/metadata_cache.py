@@ -12,10 +12,20 @@ Invariants:
   handler that reads `cache.image` once sees one consistent cluster for its whole request, across awaits.
 - Nothing here does I/O: images are built from what the controller has already made durable (or, in a
   cluster, from UpdateMetadata). No request path waits for the metadata store.
+
+A cluster broker's first image names only itself: the other brokers, the topics and often the
+controller come with the controller's first UpdateMetadata, a few milliseconds after the broker
+registers. A client that asked in between would take that one-broker list as the cluster (librdkafka
+forgets the bootstrap brokers a Metadata answer does not name, and then waits for a controller it
+cannot reach until its request times out). So, as a KRaft broker does not serve requests before it has
+caught up with the metadata log, Metadata and DescribeCluster wait for that first update here
+(`first_update`), within a bound: a controller that never comes leaves them answered from what there is.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,6 +34,13 @@ from typing import Callable, TypeVar
 
 from odradek.cluster.topics import PartitionState, TopicInfo
 from odradek.server.config import BrokerConfig, TopicConfig
+
+log = logging.getLogger("odradek.metadata")
+
+# How long Metadata and DescribeCluster wait for the controller's first UpdateMetadata: well inside
+# every client's request timeout (30 s in Java and kafka-python, 60 s in librdkafka), well past the
+# few milliseconds the controller takes once the broker has registered.
+FIRST_UPDATE_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +191,31 @@ class MetadataCache:
     def __init__(self, image: MetadataImage) -> None:
         self._image = image
         self._listeners: list[Callable[[MetadataImage, MetadataImage], None]] = []
+        self._first_update: asyncio.Event | None = None     # set: the controller's view has arrived
+        self._held_logged = False
+
+    def expect_controller(self) -> None:
+        """A cluster broker: the image is its own until `controller_reached` (the first UpdateMetadata)."""
+        self._first_update = asyncio.Event()
+
+    def controller_reached(self) -> None:
+        if self._first_update is not None:
+            self._first_update.set()
+
+    async def first_update(self, timeout_s: float) -> None:
+        """Return once the controller's first UpdateMetadata is in the image, or after `timeout_s`."""
+        event = self._first_update
+        if event is None or event.is_set():
+            return
+        if not self._held_logged:
+            self._held_logged = True
+            log.info("client metadata requests wait for the controller's first UpdateMetadata (at most %.0f s)",
+                     timeout_s)
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("no UpdateMetadata from the controller after %.0f s; answering metadata requests "
+                        "with this broker's own view", timeout_s)
 
     @property
     def image(self) -> MetadataImage:

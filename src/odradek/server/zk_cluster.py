@@ -510,6 +510,7 @@ class ZkCluster(EmbeddedController):
                                  kept.version if kept is not None else 0))
         new = image.with_brokers(brokers, request.controller_id).with_topics(put).without_topics(gone)
         self.metadata.update(new)
+        self.metadata.controller_reached()
         for name in gone:
             keys = [(name, p) for p in (image.topic(name).partitions if image.topic(name) else ())]  # type: ignore[union-attr]
             self.fetchers.unfollow(keys)

@@ -39,3 +39,22 @@ def test_alive_endpoints_by_listener():
     image = MetadataImage(broker_config(), brokers={1: registration(1, 9093), 0: registration(0)})
     assert [(b.broker_id, e.port) for b, e in image.alive_endpoints("PLAINTEXT")] == [(0, 9092), (1, 9093)]
     assert image.alive_endpoints("OTHER") == [] and image.live_broker_ids() == {0, 1}
+
+
+def test_first_update_waits_for_the_controller_and_gives_up_at_its_bound():
+    import asyncio
+
+    async def scenario():
+        cache = MetadataCache(MetadataImage(broker_config(), brokers={0: registration(0)}))
+        await asyncio.wait_for(cache.first_update(5), 1)         # embedded mode: nothing to wait for
+        cache.expect_controller()
+        alone = asyncio.ensure_future(cache.first_update(0.05))
+        await asyncio.wait_for(alone, 2)                        # no controller: answered at the bound
+        waiting = asyncio.ensure_future(cache.first_update(30))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        cache.update(cache.image.with_brokers({0: registration(0), 1: registration(1, 9093)}, 1))
+        cache.controller_reached()
+        await asyncio.wait_for(waiting, 1)
+        await asyncio.wait_for(cache.first_update(30), 1)        # later requests do not wait
+    asyncio.run(scenario())

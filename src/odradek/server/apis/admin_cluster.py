@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import describe_cluster as m
 from odradek.server.context import RequestContext
+from odradek.server.metadata_cache import FIRST_UPDATE_WAIT_S
 
 # AclOperation codes (Kafka's org.apache.kafka.common.acl.AclOperation).
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
@@ -45,6 +46,7 @@ def authorized_operations(ctx: RequestContext, supported: Iterable[int]) -> int:
 
 
 async def handle_describe_cluster(ctx: RequestContext, request: m.DescribeClusterRequest) -> m.DescribeClusterResponse:
+    await ctx.metadata.first_update(FIRST_UPDATE_WAIT_S)     # the cluster's brokers, not this one alone
     image = ctx.metadata.image
     v = ctx.api_version
     endpoint = request.endpoint_type if v >= 1 else ENDPOINT_BROKER

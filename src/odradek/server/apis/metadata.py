@@ -12,7 +12,8 @@ refuses it and the Metadata response says UNKNOWN_TOPIC_OR_PARTITION. One reques
 retriable, and created by a later request. All topics of a request are recorded with one store write.
 
 A null topic list (v1+) or an empty one at v0 asks for every topic. Topics come from the broker's image;
-only auto-creation waits for the controller.
+only auto-creation waits for the controller, and, on a cluster broker just started, the controller's
+first UpdateMetadata (`MetadataCache.first_update`: before it, the image names this broker alone).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from odradek.server.apis.admin_cluster import CLUSTER_OPERATIONS, TOPIC_OPERATIO
 from odradek.server.config import ConfigError, TopicConfig
 from odradek.server.context import RequestContext
 from odradek.server.internal_topics import creation_spec
+from odradek.server.metadata_cache import FIRST_UPDATE_WAIT_S
 from odradek.server.slices import Slices
 
 
@@ -55,6 +57,7 @@ def topic_metadata(info: TopicInfo, live: frozenset[int],
 
 async def handle_metadata(ctx: RequestContext, request: m.MetadataRequest) -> m.MetadataResponse:
     v = ctx.api_version
+    await ctx.metadata.first_update(FIRST_UPDATE_WAIT_S)
     image = ctx.metadata.image
     live = image.live_broker_ids()
     wanted: list[tuple[str | None, uuid.UUID | None]]
