@@ -411,8 +411,8 @@ class LogManager:
         except OffsetOutOfRangeError:
             return                                          # retention moved the start: next round
         nbytes = sum(s.length for s in slices)
-        if start_at is None and truncate_to is None and nbytes <= min(FINAL_STEP_BYTES, step_bytes // 4):
-            self._finish_move(move, current, slices, now_ms)       # never throttled: see _finish_move
+        if start_at is None and truncate_to is None and nbytes <= min(FINAL_STEP_BYTES, step_bytes // 4) \
+                and self._finish_move(move, current, slices, now_ms):     # never throttled: see _finish_move
             return
         if slices and self.move_quota.exceeded(now_ms):
             if start_at is None and truncate_to is None:
@@ -426,26 +426,30 @@ class LogManager:
             move.recovery_point = min(move.recovery_point, end)
         self._mover.submit(move, move.step)
 
-    def _finish_move(self, move: ReplicaMove, current: Log, slices: list, now_ms: int) -> None:
+    def _finish_move(self, move: ReplicaMove, current: Log, slices: list, now_ms: int) -> bool:
         """The future is a few batches short of a current log that keeps taking appends: copy those here,
         between two appends (no step is in flight), and swap at once, as Kafka's alter-log-dirs thread
         swaps under the partition's lock once its fetch reached the log end. A step handed over instead
         would land after more appends, and the copy might never catch up. So this copy is not
-        throttled (its bytes count towards the rate all the same), unlike the steps before it."""
+        throttled (its bytes count towards the rate all the same), unlike the steps before it.
+        False, with nothing done, when the slices are not the whole tail: the read stopped at a batch
+        that did not fit in what was left of the step (a segment's small end, then a batch of about a
+        segment's size); the caller hands them over as an ordinary step, so the move goes on."""
         tp = move.key
         try:
             data = b"".join(s.read() for s in slices)
             headers = list(iter_headers(data))
             if not headers or headers[-1].next_offset != current.log_end_offset:
-                return                                      # not the whole tail after all: next round
+                return False
             move.future.append_as_follower(data, now_ms)
             move.future.flush(now_ms)
             self.move_quota.record(len(data), now_ms)
         except (OSError, StorageError, ProtocolError) as e:
             logger.error("moving %s-%d to %s failed: %s", tp[0], tp[1], move.dest_dir, e)
             self.cancel_move(*tp, now_ms)
-            return
+            return True
         self._swap(move, current, now_ms)
+        return True
 
     def _swap(self, move: ReplicaMove, current: Log, now_ms: int) -> None:
         """The future log has caught up: it becomes the partition's log, in the destination dir."""

@@ -91,6 +91,29 @@ def test_a_move_catches_up_with_a_log_that_takes_appends_between_every_two_round
     manager.close(now_ms=0)
 
 
+def test_a_small_segment_end_before_a_batch_too_large_for_the_rest_of_the_step_is_copied_on(tmp_path, monkeypatch):
+    """The last bytes of a segment, fewer than a final copy's, then a batch that does not fit in what is
+    left of the step: the read stops before the log end, so those bytes are no final copy. They are
+    handed over as a step and the move goes on (it once waited for a read that never grew)."""
+    monkeypatch.setattr("odradek.storage.manager.STEP_BYTES", 4_000)     # a final copy: at most 1,000
+    manager = LogManager.open(manager_config(tmp_path, dirs=2, segment_bytes=10_000), now_ms=0)
+    lg = manager.get_or_create_log("t", 0, now_ms=0)
+    produce(lg, 50, size=100, leader_epoch=1)        # a little over one step: its end is a few batches
+    lg.roll(now_ms=0)
+    produce(lg, 1, size=3_800, leader_epoch=1)       # does not fit after them
+    produce(lg, 2, size=100, leader_epoch=1)
+    before = read_all(lg)
+    manager.alter_replica_log_dir("t", 0, path_of(tmp_path, 1), now_ms=0)
+    rounds(manager, 1)
+    ((_, future, _),) = manager.future_logs()
+    tail = lg.read(future.log_end_offset, 4_000)
+    assert 0 < sum(s.length for s in tail) <= 1_000 and tail[-1].file is not lg.active_segment.file, \
+        "not the layout this test is about"
+    settle(manager, now_ms=0, timeout_s=5)
+    assert manager.log_dir_of("t", 0).name == "d1" and read_all(lg) == before
+    manager.close(now_ms=0)
+
+
 def test_errors_as_kafka_names_them(tmp_path):
     manager = LogManager.open(manager_config(tmp_path, dirs=2), now_ms=0)
     produce(manager.get_or_create_log("t", 0, now_ms=0), 3)
