@@ -8,6 +8,7 @@ No acknowledged record is lost."""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Producer
 
 from odradek.cluster.local_zookeeper import free_port
 
@@ -73,3 +74,34 @@ def test_an_isolated_leader_loses_no_acknowledged_record(proxied_cluster):
     assert not lost, f"{len(lost)} acknowledged record(s) lost, e.g. {sorted(lost)[:10]}"
     assert not duplicated, f"{len(duplicated)} duplicated"
     wait_for("the isolated broker registered again", lambda: "registered again" in cluster.brokers[leader].log_text())
+
+
+def test_what_the_controller_could_not_deliver_reaches_the_broker_once_healed(proxied_cluster):
+    """The controller reaches a broker through its replication listener. With that path cut and its
+    ZooKeeper path intact (still registered, so no re-registration will resend anything), a new topic's
+    LeaderAndIsr and UpdateMetadata fail to reach it; once healed, the controller sends them again
+    (Kafka's controller retries a request until its broker answers or leaves), and the broker leads
+    and follows its replicas of the topic."""
+    cluster, _, replication_proxies = proxied_cluster
+    controller = cluster.controller_id()
+    cut = next(i for i in range(3) if i != controller)
+    mark = cluster.brokers[controller].log_size()
+    replication_proxies[cut].cut()
+    try:
+        cluster.create_topic("missed", 3, 3)
+        wait_for("the controller's request to the cut-off broker failed",
+                 lambda: f"to broker {cut} failed" in cluster.brokers[controller].log_text(mark), timeout=30)
+    finally:
+        replication_proxies[cut].heal()
+    led_there = [p for p, st in cluster.partition_states("missed").items() if st.leader == cut]
+    assert led_there, "round-robin placement gives every broker one partition to lead"
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 60_000})
+    errors: list = []
+    for partition in range(3):
+        p.produce("missed", str(partition).encode(), partition=partition,
+                  on_delivery=lambda err, msg: err is not None and errors.append((msg.partition(), err)))
+    assert p.flush(70) == 0 and not errors, errors
+    wait_for("every replica of the topic in sync", lambda: all(
+        sorted(st.isrs) == [0, 1, 2] for st in cluster.partition_states("missed").values()), timeout=60)
+    assert sorted(read_all(cluster.bootstrap, "missed", 3)) == [0, 1, 2]
+    assert f"broker(s) [{cut}] the whole metadata" in cluster.brokers[controller].log_text(mark)

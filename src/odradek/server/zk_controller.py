@@ -19,7 +19,13 @@ A broker runs this while it holds the controller lease (`cluster/registration.py
 Every state write is conditional on the state node's version (a leader changing its ISR at the same
 time makes it fail; the controller reads the states again and retries) and on the controller epoch (a
 controller whose lease was taken has every write refused). Requests to one broker go in order, one at
-a time; a broker that does not answer is logged and gets everything again when it re-registers.
+a time. A request that does not reach a broker still registered (a connection refused or cut, no
+answer within `controller.socket.timeout.ms`) is not lost: as Kafka's ControllerChannelManager retries
+a request until its broker answers or leaves, that broker is sent the whole metadata and the states of
+all its replicas again, after a backoff (100 ms, doubling up to 5 s), until a round reaches it (`_resync`;
+a newer state replaces an older one, so the whole state stands for every request it missed). A broker
+that leaves instead gets everything when it registers again. What a missed StopReplica was to remove
+stays on that broker's disk until then.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ UPDATE_METADATA_KEY = 6
 LEADER_DURING_DELETE = -2      # UpdateMetadata's mark of a topic being deleted
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 STATE_WRITE_ATTEMPTS = 5
+RESYNC_BACKOFF_S = 0.1
+RESYNC_BACKOFF_MAX_S = 5.0
 
 Key = tuple[str, int]
 RunStore = Callable[..., Awaitable[Any]]
@@ -75,6 +83,8 @@ class ActiveController:
         self._send_locks: dict[int, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.active = False
+        self._stale: set[int] = set()        # live brokers a request did not reach (`_resync`)
+        self._resyncing = False
 
     @property
     def epoch(self) -> int:
@@ -551,12 +561,39 @@ class ActiveController:
                                                        timeout_ms=self.request_timeout_ms)
             except BrokerUnreachable as e:
                 log.warning("controller request %d to broker %d failed: %s", api_key, broker, e)
+                self._missed(broker)
                 return None
             code = getattr(response, "error_code", 0)
             if code:
                 log.warning("broker %d answered controller request %d with %s", broker, api_key,
                             for_code(code).name)
             return response
+
+    def _missed(self, broker: int) -> None:
+        if broker not in self.live or not self.active:
+            return                       # gone: it gets everything when it registers again
+        self._stale.add(broker)
+        if not self._resyncing:
+            self._resyncing = True
+            self.spawn(self._resync())
+
+    async def _resync(self) -> None:
+        """Send the brokers in `_stale` everything again, with a growing backoff, until a round reaches
+        each of them or it leaves (the module docstring)."""
+        backoff = RESYNC_BACKOFF_S
+        try:
+            while self.active:
+                await asyncio.sleep(backoff)
+                targets = self._stale & set(self.live)
+                self._stale.clear()
+                if not targets:
+                    return
+                log.info("sending broker(s) %s the whole metadata and their replicas' states again: "
+                         "a request did not reach them", sorted(targets))
+                await self._send_everything(targets)
+                backoff = min(backoff * 2, RESYNC_BACKOFF_MAX_S)
+        finally:
+            self._resyncing = False
 
     def _leader_and_isr(self, keys: list[Key], new: bool) -> lm.LeaderAndIsrRequest:
         topics: dict[str, list[lm.LeaderAndIsrPartitionState]] = {}
