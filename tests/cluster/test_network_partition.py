@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
 from odradek.cluster.local_zookeeper import free_port
+
+from tests.integration.clients import RawClient
 
 from .cluster_support import Cluster, CountingProducer, read_all, wait_for
 from .tcp_proxy import TcpProxy
@@ -105,3 +109,40 @@ def test_what_the_controller_could_not_deliver_reaches_the_broker_once_healed(pr
         sorted(st.isrs) == [0, 1, 2] for st in cluster.partition_states("missed").values()), timeout=60)
     assert sorted(read_all(cluster.bootstrap, "missed", 3)) == [0, 1, 2]
     assert f"broker(s) [{cut}] the whole metadata" in cluster.brokers[controller].log_text(mark)
+
+
+def test_a_broker_that_missed_a_deletion_drops_the_topic_and_sets_its_logs_aside(proxied_cluster):
+    """A topic deleted while one of its replicas' brokers is cut off from the controller: that broker
+    misses the UpdateMetadata and StopReplica of the deletion. Once healed it is sent everything again,
+    marked FULL (KIP-516): it drops the topic from its metadata and renames its logs `-stray` (kept, as
+    Kafka keeps strays), so it neither lists nor serves a topic the cluster no longer has."""
+    cluster, _, replication_proxies = proxied_cluster
+    cluster.create_topic("doomed", 2, 3)
+    controller = cluster.controller_id()
+    cut = next(i for i in range(3) if i != controller)
+    broker = cluster.brokers[cut]
+    data = broker.log_dir
+    wait_for("the replicas of doomed on the broker to be cut off",
+             lambda: {"doomed-0", "doomed-1"} <= {d.name for d in data.iterdir()})
+    mark = broker.log_size()
+    replication_proxies[cut].cut()
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[controller].bootstrap})
+        admin.delete_topics(["doomed"])["doomed"].result(30)
+        wait_for("the deletion done", lambda: not cluster.partition_states("doomed"))
+        assert "doomed" in _topics_of(broker)
+    finally:
+        replication_proxies[cut].heal()
+    wait_for("the cut-off broker no longer lists doomed", lambda: "doomed" not in _topics_of(broker))
+    wait_for("its logs of doomed set aside", lambda: "set aside 2 stray log(s)" in broker.log_text(mark))
+    names = {d.name for d in data.iterdir()}
+    assert not {"doomed-0", "doomed-1"} & names
+    assert sorted(n.split(".")[0] for n in names if n.endswith("-stray")) == ["doomed-0", "doomed-1"]
+
+
+def _topics_of(broker) -> set[str]:
+    """The topics one broker's Metadata names (kafka-python's codec, that broker alone: a client
+    library would ask whichever broker it likes)."""
+    with RawClient(broker.bootstrap, timeout=10) as raw:
+        answer = raw.call(MetadataRequest(topics=None, allow_auto_topic_creation=False), MetadataResponse, 12)
+    return {t.name for t in answer.topics}

@@ -72,7 +72,7 @@ from odradek.server.partition import LeaderAndIsrState
 from odradek.server.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.workers import Workers
-from odradek.server.zk_controller import LEADER_DURING_DELETE, ActiveController
+from odradek.server.zk_controller import FULL_REQUEST, LEADER_DURING_DELETE, ActiveController
 
 log = logging.getLogger("odradek.cluster")
 
@@ -494,8 +494,11 @@ class ZkCluster(EmbeddedController):
             except StoreError as e:    # ZooKeeper away: the defaults for now, the overrides once back
                 log.warning("the configs of %s are not readable yet: %s", ", ".join(new_names[:5]), e)
                 self._configs_unknown.update(new_names)
-        put, gone = [], []
+        put: list[TopicInfo] = []
+        gone: list[str] = []
         image = self.metadata.image          # the store read above yielded
+        if request.type == FULL_REQUEST:     # the whole cluster: a topic it does not name is gone
+            gone.extend(name for name in image.topic_names() if name not in states)
         for name, (topic_id, parts) in states.items():
             if any(s.leader == LEADER_DURING_DELETE for s in parts):
                 gone.append(name)
@@ -533,7 +536,26 @@ class ZkCluster(EmbeddedController):
                     self.fetchers.unfollow([st.key])
                 else:
                     self.fetchers.follow(st.key, st.leader, st.leader_epoch)
+            if request.type == FULL_REQUEST:
+                self._set_aside_strays({st.key for st in states})
             return errors
+
+    def _set_aside_strays(self, placed: set[tuple[str, int]]) -> None:
+        """A full LeaderAndIsr names every replica the cluster places here: a log it does not name is a
+        stray, left by a deletion or reassignment whose StopReplica this broker missed (it was down or
+        cut off). As Kafka does with strays, it is no longer served and its directory is renamed
+        `-stray` and kept, with a warning, for an operator to remove."""
+        strays = sorted(tp for tp, _ in self.logs.logs() if tp not in placed)
+        if not strays:
+            return
+        now = self.clock()
+        self.fetchers.unfollow(strays)
+        self.replica_manager.stop_replicas(strays, delete=False, now_ms=now)
+        for topic, partition in strays:
+            self.logs.delete_log(topic, partition, now, stray=True)
+        log.warning("set aside %d stray log(s) the cluster no longer places on broker %d (renamed -stray, "
+                    "kept): %s", len(strays), self.broker_id,
+                    ", ".join(f"{t}-{p}" for t, p in strays[:10]) + (" ..." if len(strays) > 10 else ""))
 
     async def stop_replica(self, request: sm.StopReplicaRequest) -> dict[tuple[str, int], ErrorCode]:
         async with self._member_lock:

@@ -24,8 +24,11 @@ answer within `controller.socket.timeout.ms`) is not lost: as Kafka's Controller
 a request until its broker answers or leaves, that broker is sent the whole metadata and the states of
 all its replicas again, after a backoff (100 ms, doubling up to 5 s), until a round reaches it (`_resync`;
 a newer state replaces an older one, so the whole state stands for every request it missed). A broker
-that leaves instead gets everything when it registers again. What a missed StopReplica was to remove
-stays on that broker's disk until then.
+that leaves instead gets everything when it registers again. "Everything" goes marked FULL (KIP-516's
+request type), which is what stands in for a missed StopReplica or deletion: the broker drops the
+topics a full UpdateMetadata does not name and sets aside, renamed `-stray`, its logs of partitions a
+full LeaderAndIsr does not place on it (`zk_cluster.py`). So a topic deleted while one of its brokers
+was down or cut off never comes back on that broker, and the deletion does not wait for it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ LEADER_AND_ISR_KEY = 4
 STOP_REPLICA_KEY = 5
 UPDATE_METADATA_KEY = 6
 LEADER_DURING_DELETE = -2      # UpdateMetadata's mark of a topic being deleted
+# LeaderAndIsr (v5+) and UpdateMetadata (v8+) `type` (KIP-516): 2 is FULL; the others go as 0, as
+# Kafka's ZooKeeper controller sends every request.
+FULL_REQUEST = 2
 SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 STATE_WRITE_ATTEMPTS = 5
 RESYNC_BACKOFF_S = 0.1
@@ -147,7 +153,7 @@ class ActiveController:
             changed = await self._elect(affected, live)
             elected = time.monotonic()
             if joined:
-                await self._send_everything(live, leader_and_isr_to=joined, skip=changed)
+                await self._send_everything(live, leader_and_isr_to=joined)
             if changed:
                 await self._propagate(changed)
             elif gone:
@@ -534,21 +540,24 @@ class ActiveController:
         await asyncio.gather(*(self._send(b, LEADER_AND_ISR_KEY, self._leader_and_isr(ks, new))
                                for b, ks in by_broker.items()))
 
-    async def _send_everything(self, live: set[int], leader_and_isr_to: set[int] | None = None,
-                               skip: Iterable[Key] = ()) -> None:
+    async def _send_everything(self, live: set[int], leader_and_isr_to: set[int] | None = None) -> None:
+        """The whole metadata to `live` and, to each of `leader_and_isr_to` (default: `live`), the
+        states of all its replicas, both marked FULL (KIP-516's request type): a broker drops the
+        topics a full UpdateMetadata does not name and sets aside (`-stray`) its logs of partitions a
+        full LeaderAndIsr does not name, what a StopReplica it missed (down, or cut off) would have
+        removed. A broker with no replica gets an empty one."""
         keys = self._all_keys()
-        await self._update_metadata(live, keys)
+        await self._update_metadata(live, keys, full=True)
         targets = live if leader_and_isr_to is None else leader_and_isr_to & live
         sends = []
         for b in targets:
             mine = [k for k in keys if b in self._state(k).replicas]
-            if mine:
-                sends.append(self._send(b, LEADER_AND_ISR_KEY, self._leader_and_isr(mine, False)))
+            sends.append(self._send(b, LEADER_AND_ISR_KEY, self._leader_and_isr(mine, False, full=True)))
         await asyncio.gather(*sends)
 
     async def _update_metadata(self, brokers: set[int], keys: list[Key],
-                               deleted: Iterable[TopicInfo] = ()) -> None:
-        request = self._update_metadata_request(keys, deleted)
+                               deleted: Iterable[TopicInfo] = (), full: bool = False) -> None:
+        request = self._update_metadata_request(keys, deleted, full)
         await asyncio.gather(*(self._send(b, UPDATE_METADATA_KEY, request) for b in brokers))
 
     async def _send(self, broker: int, api_key: int, request: Any) -> Any:
@@ -595,7 +604,7 @@ class ActiveController:
         finally:
             self._resyncing = False
 
-    def _leader_and_isr(self, keys: list[Key], new: bool) -> lm.LeaderAndIsrRequest:
+    def _leader_and_isr(self, keys: list[Key], new: bool, full: bool = False) -> lm.LeaderAndIsrRequest:
         topics: dict[str, list[lm.LeaderAndIsrPartitionState]] = {}
         leaders: set[int] = set()
         for t, p in keys:
@@ -613,13 +622,15 @@ class ActiveController:
                 if eps:
                     live_leaders.append(lm.LeaderAndIsrLiveLeader(broker_id=b, host_name=eps[0].host, port=eps[0].port))
         return lm.LeaderAndIsrRequest(
-            controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=-1, type=0,
+            controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=-1,
+            type=FULL_REQUEST if full else 0,
             topic_states=[lm.LeaderAndIsrTopicState(topic_name=t, topic_id=self.cluster.image.get(t).topic_id,  # type: ignore[union-attr]
                                                     partition_states=ps) for t, ps in topics.items()],
             ungrouped_partition_states=[s for ps in topics.values() for s in ps],
             live_leaders=live_leaders)
 
-    def _update_metadata_request(self, keys: list[Key], deleted: Iterable[TopicInfo]) -> um.UpdateMetadataRequest:
+    def _update_metadata_request(self, keys: list[Key], deleted: Iterable[TopicInfo],
+                                 full: bool = False) -> um.UpdateMetadataRequest:
         topics: dict[str, list[um.UpdateMetadataPartitionState]] = {}
         ids = {}
         offline_live = set(self.live)
@@ -650,6 +661,7 @@ class ActiveController:
                 rack=node.get("rack")))
         return um.UpdateMetadataRequest(
             controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=-1,
+            type=FULL_REQUEST if full else 0,
             topic_states=[um.UpdateMetadataTopicState(topic_name=t, topic_id=ids[t], partition_states=ps)
                           for t, ps in topics.items()],
             ungrouped_partition_states=[s for ps in topics.values() for s in ps],

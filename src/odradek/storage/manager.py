@@ -13,6 +13,8 @@ Each log dir holds partition directories (`<topic>-<partition>/`, see log.py) an
     <topic>-<partition>.<uuid>-future/  a replica being moved here from another log dir
                                         (AlterReplicaLogDirs, see log_mover.py); its recovery point
                                         is in this dir's recovery-point-offset-checkpoint
+    <topic>-<partition>.<uuid>-stray/   a replica the cluster no longer places here, set aside and
+                                        kept for an operator to remove (never loaded again)
 
 At start every partition is loaded; in a dir without the clean-shutdown marker each log is recovered
 from its recovery point (CRC re-validation, truncation of torn tails, index rebuild). The marker is
@@ -78,14 +80,15 @@ from odradek.storage.timestamps import Decompress
 logger = logging.getLogger("odradek.storage")
 
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
 FINAL_STEP_BYTES = 256 * 1024    # a move's last bytes, copied on the owner thread right before its swap
 
 
-def delete_dir_name(topic: str, partition: int) -> str:
-    """`<topic>-<partition>.<uuid>-delete`, the topic shortened so the name fits a file-name
-    component (255 bytes), as Kafka's LocalLog.logDeleteDirName does for topics of up to 249
-    characters. Only `-delete` matters when the dir is found at start; the rest is for people."""
-    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+def delete_dir_name(topic: str, partition: int, kind: str = DELETE_DIR_SUFFIX) -> str:
+    """`<topic>-<partition>.<uuid>-delete` (or `-stray`), the topic shortened so the name fits a
+    file-name component (255 bytes), as Kafka's LocalLog.logDeleteDirName does for topics of up to
+    249 characters. Only the suffix matters when the dir is found at start; the rest is for people."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{kind}"
     return topic[:MAX_DIR_NAME_BYTES - len(suffix)] + suffix
 
 
@@ -106,7 +109,7 @@ class LogManager:
         self._config_for_topic = config_for_topic or (lambda topic: config.log_defaults)
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
-        self._deleting: list[tuple[int, Log, Path]] = []
+        self._deleting: list[tuple[int, Log, Path | None]] = []     # None: a stray's dir, kept
         self._due: dict[str, int] = {}
         self._closed = False
         self.cleaner: LogCleaner | None = None
@@ -267,11 +270,14 @@ class LogManager:
         self._dir_of[tp] = log_dir
         return log
 
-    def delete_log(self, topic: str, partition: int, now_ms: int, *, sync: bool = True) -> bool:
+    def delete_log(self, topic: str, partition: int, now_ms: int, *, sync: bool = True, stray: bool = False) -> bool:
         """Remove a partition: its directory is renamed `<name>.<uuid>-delete` at once (so a restart
         never loads it) and removed after file.delete.delay.ms (open file slices stay readable).
         With sync=False the log dir is not fsynced here: a caller removing many logs fsyncs each
-        log dir (`log_dir_of` before the call) once, before it relies on the renames."""
+        log dir (`log_dir_of` before the call) once, before it relies on the renames. With stray=True
+        the directory is renamed `<name>.<uuid>-stray` instead and kept (Kafka's stray logs: what the
+        cluster no longer places here is set aside, never deleted by the broker); its files are
+        closed after the same delay."""
         tp = (topic, partition)
         self._preferred_dir.pop(tp, None)
         if tp in self._moves:
@@ -280,7 +286,7 @@ class LogManager:
         if log is None:
             return False
         log_dir = self._dir_of.pop(tp)
-        doomed = log_dir / delete_dir_name(topic, partition)
+        doomed = log_dir / delete_dir_name(topic, partition, STRAY_DIR_SUFFIX if stray else DELETE_DIR_SUFFIX)
         try:
             log.dir.rename(doomed)
         except OSError:
@@ -291,7 +297,7 @@ class LogManager:
             self.cleaner.on_log_deleted(tp, log, log_dir)
         if sync:
             fsync_dir(log_dir)
-        self._deleting.append((now_ms + log.config.file_delete_delay_ms, log, doomed))
+        self._deleting.append((now_ms + log.config.file_delete_delay_ms, log, None if stray else doomed))
         if log.config.file_delete_delay_ms == 0:
             self._remove_deleted_dirs(now_ms)
         return True
@@ -519,6 +525,8 @@ class LogManager:
         for due, log, path in self._deleting:
             if due <= now_ms and not (self.cleaner is not None and self.cleaner.is_cleaning(log)):
                 log.release()
+                if path is None:
+                    continue                # a stray: its files closed, its dir kept
                 if here:
                     shutil.rmtree(path, ignore_errors=True)
                 else:

@@ -135,6 +135,23 @@ def test_delete_log_renames_then_removes(tmp_path):
     manager.close(now_ms=60_000)
 
 
+def test_a_stray_log_is_renamed_and_kept_and_never_loaded_again(tmp_path):
+    config = manager_config(tmp_path, file_delete_delay_ms=1_000)
+    manager = LogManager.open(config, now_ms=0)
+    produce(manager.get_or_create_log("left", 0, now_ms=0), 5)
+    assert manager.delete_log("left", 0, now_ms=0, stray=True)
+    assert manager.get_log("left", 0) is None
+    (stray,) = [n for n in os.listdir(tmp_path / "d0") if n.endswith("-stray")]
+    assert stray.startswith("left-0.")
+    manager.run_periodic(5_000)                      # past file.delete.delay.ms: closed, not removed
+    assert manager.sync_background(10)
+    assert sorted(os.listdir(tmp_path / "d0" / stray))[0] == "00000000000000000000.index"
+    manager.close(now_ms=5_000)
+    again = LogManager.open(config, now_ms=5_000)
+    assert list(again.logs()) == [] and (tmp_path / "d0" / stray).is_dir()
+    again.close(now_ms=5_000)
+
+
 def test_leftover_delete_dirs_are_removed_at_start(tmp_path):
     config = manager_config(tmp_path)
     (tmp_path / "d0" / "x-0.0123abcd-delete").mkdir(parents=True)
