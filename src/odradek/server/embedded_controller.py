@@ -281,7 +281,7 @@ class EmbeddedController:
         try:
             dirs: set[Path | None] = set()
             await run_sliced(self._delete_logs(set(names), dirs))
-            await self.workers.run(_fsync_dirs, dirs)
+            await self.workers.run(fsync_dirs, dirs)
             await self.workers.run(self.controller.complete_deletions, names)
         except (OSError, StorageError, StoreError) as e:
             log.warning("the deletion of %s is not finished (tried again before the next topic change "
@@ -304,7 +304,7 @@ class EmbeddedController:
                 self.logs.delete_log(topic, p, now_ms, sync=False)
             else:
                 log.warning("log %s-%d belongs to no topic; it is left as it is", topic, p)
-        _fsync_dirs(dirs)
+        fsync_dirs(dirs)
 
     # ---- steps run in slices (`run_sliced`) or at once (`run_now`): each yields after every partition
     def _create_logs(self, info: TopicInfo, created: list[tuple[str, int]]) -> Iterator[None]:
@@ -484,7 +484,7 @@ def _names(items: Iterable[Any]) -> str:
     return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def _fsync_dirs(dirs: Iterable[Path | None]) -> None:
+def fsync_dirs(dirs: Iterable[Path | None]) -> None:
     for d in dirs:
         if d is not None:
             fsync_dir(d)

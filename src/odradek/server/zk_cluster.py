@@ -65,7 +65,7 @@ from odradek.protocol.messages import leader_and_isr as lm
 from odradek.protocol.messages import stop_replica as sm
 from odradek.protocol.messages import update_metadata as um
 from odradek.server.config import ConfigError
-from odradek.server.embedded_controller import EmbeddedController, LogStore
+from odradek.server.embedded_controller import EmbeddedController, LogStore, fsync_dirs
 from odradek.server.inter_broker import BrokerChannels, BrokerUnreachable
 from odradek.server.metadata_cache import BrokerEndpoint, BrokerRegistration, MetadataCache
 from odradek.server.partition import LeaderAndIsrState
@@ -537,10 +537,10 @@ class ZkCluster(EmbeddedController):
                 else:
                     self.fetchers.follow(st.key, st.leader, st.leader_epoch)
             if request.type == FULL_REQUEST:
-                self._set_aside_strays({st.key for st in states})
+                await self._set_aside_strays({st.key for st in states})
             return errors
 
-    def _set_aside_strays(self, placed: set[tuple[str, int]]) -> None:
+    async def _set_aside_strays(self, placed: set[tuple[str, int]]) -> None:
         """A full LeaderAndIsr names every replica the cluster places here: a log it does not name is a
         stray, left by a deletion or reassignment whose StopReplica this broker missed (it was down or
         cut off). As Kafka does with strays, it is no longer served and its directory is renamed
@@ -551,8 +551,10 @@ class ZkCluster(EmbeddedController):
         now = self.clock()
         self.fetchers.unfollow(strays)
         self.replica_manager.stop_replicas(strays, delete=False, now_ms=now)
+        dirs = {self.logs.log_dir_of(*tp) for tp in strays}
         for topic, partition in strays:
-            self.logs.delete_log(topic, partition, now, stray=True)
+            self.logs.delete_log(topic, partition, now, sync=False, stray=True)
+        await self.workers.run(fsync_dirs, dirs)       # once per log dir, off the event loop
         log.warning("set aside %d stray log(s) the cluster no longer places on broker %d (renamed -stray, "
                     "kept): %s", len(strays), self.broker_id,
                     ", ".join(f"{t}-{p}" for t, p in strays[:10]) + (" ..." if len(strays) > 10 else ""))
