@@ -18,7 +18,11 @@ Invariants:
 - an append is one `pwrite` of already-validated bytes at `size`; the file is never rewritten in place
   except by truncation (replica truncation, recovery);
 - index entries point at batch starts within `size`;
-- a segment with `pins` > 0 is being read by the cleaner: its file stays open until unpinned.
+- a segment with `pins` > 0 is being read by the cleaner: its file stays open until unpinned;
+- `_recent` holds the headers of the last batches appended in this process, back to back up to
+  `size`: a read at or near the log end (every follower's and every caught-up consumer's fetch) finds
+  its batches there, with no index lookup and no read of the file's headers. Anything that cuts the
+  file forgets them.
 
 A segment decides no policy: rolling, retention, recovery and flushing are decided by the log and the
 modules that use segments.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import io
 import os
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -46,6 +51,7 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 INT_MAX = 2**31 - 1
+RECENT_BATCHES = 64   # headers of the latest appends kept for reads at the log end (at most twice that)
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -79,6 +85,8 @@ class LogSegment:
         self._offset_of_max_timestamp = -1
         self._bytes_since_last_index_entry = 0
         self._first_batch_timestamp: int | None = NO_TIMESTAMP if new else None
+        self._recent: list[BatchInfo] = []
+        self._recent_last: list[int] = []    # their last offsets, for bisect
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int,
@@ -168,13 +176,13 @@ class LogSegment:
 
     def append(self, records: memoryview) -> None:
         """Write whole, offset-assigned, validated v2 batches with one pwrite; update the indexes."""
-        batches = [(h.pos, h.size, h.base_offset, h.last_offset, h.max_timestamp)
-                   for h in iter_headers(records)]
+        start = self.size
+        batches = [BatchInfo(start + h.pos, h.size, h.base_offset, h.last_offset, h.max_timestamp,
+                             h.partition_leader_epoch, h.attributes) for h in iter_headers(records)]
         if not batches:
             return
         assert self.size + len(records) <= INT_MAX
-        assert batches[0][2] >= self.next_offset and self.can_hold_offset(batches[-1][3])
-        start = self.size
+        assert batches[0].base_offset >= self.next_offset and self.can_hold_offset(batches[-1].last_offset)
         fd = self.file.fileno()
         written = 0
         try:
@@ -185,9 +193,27 @@ class LogSegment:
             raise StorageError(f"{self.log_path}: append failed: {e}") from e
         self.size = start + written
         if start == 0:
-            self._first_batch_timestamp = batches[0][4]
-        for pos, size, _base, last, max_ts in batches:
-            self._index_batch(start + pos, size, last, max_ts)
+            self._first_batch_timestamp = batches[0].max_timestamp
+        for b in batches:
+            self._index_batch(b.position, b.size, b.last_offset, b.max_timestamp)
+        self._remember(batches)
+
+    def _remember(self, batches: list[BatchInfo]) -> None:
+        recent, last = self._recent, self._recent_last
+        if len(batches) >= RECENT_BATCHES or (recent and recent[-1].end != batches[0].position):
+            recent.clear()
+            last.clear()
+            batches = batches[-RECENT_BATCHES:]
+        elif len(recent) + len(batches) > 2 * RECENT_BATCHES:
+            drop = len(recent) + len(batches) - RECENT_BATCHES
+            del recent[:drop]
+            del last[:drop]
+        recent.extend(batches)
+        last.extend(b.last_offset for b in batches)
+
+    def _forget_recent(self) -> None:
+        self._recent.clear()
+        self._recent_last.clear()
 
     def index_batch(self, b: BatchInfo) -> None:
         """Account for a batch already in the file (recovery rebuilds the indexes with this)."""
@@ -216,6 +242,7 @@ class LogSegment:
         self._max_timestamp, self._offset_of_max_timestamp = NO_TIMESTAMP, -1
         self._bytes_since_last_index_entry = 0
         self._first_batch_timestamp = NO_TIMESTAMP
+        self._forget_recent()
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= offset; return the bytes removed."""
@@ -232,6 +259,7 @@ class LogSegment:
     def truncate_to_position(self, position: int) -> int:
         """Cut the file at `position`; index entries must already end before it."""
         removed = self.size - position
+        self._forget_recent()
         os.ftruncate(self.file.fileno(), position)
         self.size = position
         assert self.offset_index.last_entry()[1] < max(position, 1)
@@ -263,6 +291,11 @@ class LogSegment:
 
     def find_batch(self, offset: int) -> BatchInfo | None:
         """The first batch whose last offset >= offset, or None."""
+        recent = self._recent
+        if recent and offset >= recent[0].base_offset:
+            # Every batch before recent[0] ends below its base offset, so the answer is among them.
+            i = bisect_left(self._recent_last, offset)
+            return recent[i] if i < len(recent) else None
         _, position = self.offset_index.lookup(offset)
         for b in self.batches(position):
             if b.last_offset >= offset:

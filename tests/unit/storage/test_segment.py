@@ -127,3 +127,46 @@ def test_recover_segment_cuts_garbage_and_rebuilds_indexes(tmp_path):
     assert segment.size == good_size == os.path.getsize(segment.log_path)
     assert segment.offset_index.entries == entries
     assert segment.next_offset == 40
+
+
+def _scanned(segment, offset):
+    """find_batch the slow way: from the offset index and the file's own headers."""
+    _, position = segment.offset_index.lookup(offset)
+    return next((b for b in segment.batches(position) if b.last_offset >= offset), None)
+
+
+def test_reads_at_the_log_end_find_the_latest_batches_without_reading_the_file(tmp_path, monkeypatch):
+    segment = make_segment(tmp_path)
+    end = fill(segment, 200, records=3)
+    scanned = {o: _scanned(segment, o) for o in range(end - 150, end + 2)}
+
+    def no_file_reads(*args, **kwargs):
+        raise AssertionError("read the file's headers")
+    monkeypatch.setattr(segment, "batches", no_file_reads)
+    for offset, expected in scanned.items():
+        assert segment.find_batch(offset) == expected
+    piece = segment.read(end - 3, 10**9, end)
+    assert (piece.position, piece.length) == (scanned[end - 3].position, scanned[end - 3].size)
+
+
+def test_the_latest_batches_are_forgotten_when_the_file_is_cut_or_rebuilt(tmp_path):
+    segment = make_segment(tmp_path)
+    end = fill(segment, 40, records=2)
+    segment.truncate_to(end - 20)
+    assert segment.find_batch(end - 20) is None
+    assert segment.find_batch(end - 22) == _scanned(segment, end - 22)
+    end = fill(segment, 5, records=4, size=300)    # different batches over the cut bytes
+    for offset in range(end - 40, end + 1):
+        assert segment.find_batch(offset) == _scanned(segment, offset)
+    recover_segment(segment)
+    for offset in range(0, end + 1):
+        assert segment.find_batch(offset) == _scanned(segment, offset)
+
+
+def test_a_long_run_of_appends_keeps_a_bounded_tail_that_agrees_with_the_file(tmp_path):
+    from odradek.storage.segment import RECENT_BATCHES
+    segment = make_segment(tmp_path)
+    end = fill(segment, 5 * RECENT_BATCHES, records=1)
+    assert RECENT_BATCHES <= len(segment._recent) <= 2 * RECENT_BATCHES
+    for offset in range(0, end + 1):
+        assert segment.find_batch(offset) == _scanned(segment, offset)
