@@ -324,6 +324,27 @@ class Partition:
         f.last_fetch_ms = now_ms
         return moved
 
+    def follower_idle(self, replica_id: int, fetch_offset: int, current_leader_epoch: int,
+                      answered: tuple[int, int, int], now_ms: int) -> bool:
+        """A follower in the ISR fetched from our log end, as at its last fetch, and the (high
+        watermark, last stable offset, log start offset) its session was last answered with still
+        hold: note that it is caught up and say True, its answer has nothing for this partition.
+        False when anything differs (the full path then reads, moves the high watermark, expands the
+        ISR or answers an error)."""
+        lg = self.log
+        if self.leader != self.broker_id or fetch_offset != lg.log_end_offset or replica_id not in self.isr:
+            return False
+        if current_leader_epoch != self.leader_epoch and current_leader_epoch != UNDEFINED_EPOCH:
+            return False
+        f = self.followers.get(replica_id)
+        if f is None or f.log_end_offset != fetch_offset:
+            return False
+        if answered[0] != lg.high_watermark or answered[2] != lg.log_start_offset \
+                or answered[1] != self.last_stable_offset:
+            return False
+        f.last_caught_up_ms = f.last_fetch_ms = now_ms
+        return True
+
     def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR with `replica_id` added, if it has caught up and is not in it; else None."""
         f = self.followers.get(replica_id)

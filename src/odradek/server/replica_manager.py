@@ -48,10 +48,11 @@ log = logging.getLogger("odradek.replicas")
 HIGH_WATERMARK = -1   # DeleteRecords' "up to the high watermark"
 
 
-def _log_end(key: TopicPartition) -> tuple[str, int, str]:
-    """The purgatory key followers' delayed fetches wait on: appends to `key` (consumers wait on `key`
-    itself, which moves with the high watermark)."""
-    return key[0], key[1], "log end"
+def _replica_fetches(replica_id: int) -> tuple[str, int]:
+    """The purgatory key a follower broker's delayed fetches wait on: an append to (or any change of)
+    a partition led here that it replicates. One key per follower, where its session names dozens of
+    partitions (consumers wait on each partition's key, which moves with the high watermark)."""
+    return "replica fetches", replica_id
 
 
 Clock = Callable[[], int]
@@ -173,7 +174,7 @@ class ReplicaManager:
         info = part.append_records_to_follower(records, now_ms)
         if part.update_follower_high_watermark(leader_high_watermark):
             self._high_watermark_moved(part)
-        self._wake(part.key)
+        self._high_watermark_waiters(part.key)     # no broker fetches from a follower: none of theirs
         return info
 
     # ------------------------------------------------------------------------------ follower side
@@ -213,27 +214,34 @@ class ReplicaManager:
             part.log.truncate_fully_and_start_at(offset, now_ms)
         else:
             part.log.truncate_to(offset, now_ms)
-        self._wake(part.key)
+        self._high_watermark_waiters(part.key)
 
     def update_follower_from_leader(self, topic: str, index: int, leader_high_watermark: int) -> None:
         part = self._follower(topic, index)
         if part is not None and part.update_follower_high_watermark(leader_high_watermark):
             self._high_watermark_moved(part)
-            self._wake(part.key)
+            self._high_watermark_waiters(part.key)
 
     def _appended(self, part: Partition) -> None:
         """A leader's append: the followers' delayed fetches look again; the consumers' fetches and
         the acks=all produces only if the high watermark moved (with followers in the ISR it moves
         later, when they fetch: `update_follower_fetch_state`)."""
-        self.purgatory.notify(_log_end(part.key))
+        self._followers_look_again(part)
         if part.maybe_increment_high_watermark():
             self._high_watermark_moved(part)
             self._high_watermark_waiters(part.key)
 
-    def _wake(self, key: TopicPartition) -> None:
-        """Something changed on partition `key`: delayed fetches and produces waiting on it look again."""
-        self.purgatory.notify(_log_end(key))
-        self._high_watermark_waiters(key)
+    def _followers_look_again(self, part: Partition, replicas: Iterable[int] = ()) -> None:
+        notify, me = self.purgatory.notify, self.broker_id
+        for r in (*part.replicas, *replicas) if replicas else part.replicas:
+            if r != me:
+                notify(_replica_fetches(r))
+
+    def _wake(self, part: Partition, former_replicas: Iterable[int] = ()) -> None:
+        """Something changed on `part`: delayed fetches and produces waiting on it look again (those
+        of `former_replicas` too, which a reassignment removed)."""
+        self._followers_look_again(part, former_replicas)
+        self._high_watermark_waiters(part.key)
 
     def _high_watermark_waiters(self, key: TopicPartition) -> None:
         """What waits for the high watermark (consumers' delayed fetches, acks=all) looks again.
@@ -317,22 +325,21 @@ class ReplicaManager:
             result.aborted_transactions = part.log.collect_aborted_transactions(fetch_offset, limit)
         return result
 
-    def follower_caught_up(self, topic: str, index: int, fetch_offset: int, current_leader_epoch: int,
-                           replica_id: int, now_ms: int) -> tuple[int, int, int] | None:
-        """A follower's fetch from the log end of a partition led here: note it (as `read` does) and
-        return (high watermark, last stable offset, log start offset), what `read` would answer with no
-        records. None when `read` has more to say (records, an error, not the leader)."""
+    def follower_idle(self, topic: str, index: int, fetch_offset: int, current_leader_epoch: int,
+                      replica_id: int, answered: tuple[int, int, int], now_ms: int) -> bool:
+        """A follower's fetch of a partition led here that `read` would answer with no records and
+        the same offsets as the session's last answer (`answered`): noted, as `read` notes it, and
+        True. False when `read` has more to say (records, an error, a moved offset, an ISR change)."""
         part = self._partitions.get((topic, index))
-        if part is None or not part.is_leader or fetch_offset != part.log_end_offset \
-                or part.check_leader_epoch(current_leader_epoch) is not ErrorCode.NONE:
-            return None
-        self.update_follower_fetch_state(part, replica_id, fetch_offset, now_ms)
-        return part.high_watermark, part.last_stable_offset, part.log_start_offset
+        return part is not None and part.follower_idle(replica_id, fetch_offset, current_leader_epoch,
+                                                       answered, now_ms)
 
-    async def wait_for_data(self, keys: list[TopicPartition], timeout_ms: int, *, follower: bool = False) -> bool:
-        """A delayed fetch: True when one of `keys` had what the reader waits for (a follower, an
-        append; a consumer, a new high watermark) or another change; False at the timeout."""
-        return await self.purgatory.wait_any([_log_end(k) for k in keys] if follower else keys, timeout_ms / 1000)
+    async def wait_for_data(self, keys: list[TopicPartition], timeout_ms: int, *, replica_id: int = -1) -> bool:
+        """A delayed fetch: True when one of `keys` had what the reader waits for or another change
+        (a consumer: a new high watermark; a follower broker, `replica_id`: an append to any partition
+        led here that it replicates); False at the timeout."""
+        return await self.purgatory.wait_any([_replica_fetches(replica_id)] if replica_id >= 0 else keys,
+                                             timeout_ms / 1000)
 
     # ------------------------------------------------------------------------------ admin
     def delete_records(self, topic: str, index: int, offset: int, now_ms: int) -> int:
@@ -412,7 +419,7 @@ class ReplicaManager:
         log.info("ISR of %s-%d is now %s", part.topic, part.index, list(isr))
         if part.apply_isr(isr, partition_epoch):
             self._high_watermark_moved(part)
-        self._wake(part.key)
+        self._wake(part)
 
     async def _run_isr_expiration(self) -> None:
         interval_s = max(self.replica_lag_time_max_ms / 2, 10) / 1000
@@ -438,6 +445,7 @@ class ReplicaManager:
             if part is None:
                 part = Partition(st.topic, st.partition, self.logs.open_log(st.topic, st.partition, now_ms),
                                  self.broker_id)
+            former = part.replicas
             try:
                 if st.leader == self.broker_id:
                     changed = part.make_leader(st, now_ms)
@@ -452,7 +460,7 @@ class ReplicaManager:
             part.log.cache_keep_bytes = None if part.is_leader else (self.follower_cache_keep_bytes or None)
             if changed:
                 (leaders if part.is_leader else followers).append(part)
-                self._wake(part.key)
+                self._wake(part, former)
         if leaders or followers:
             for fn in list(self._leadership_listeners):
                 fn(leaders, followers, [])
@@ -470,7 +478,7 @@ class ReplicaManager:
             self._hw_listeners.pop(key, None)
             if delete:
                 self.logs.delete_log(key[0], key[1], now_ms)
-            self._wake(key)
+            self._wake(part)
         if stopped:
             for fn in list(self._leadership_listeners):
                 fn([], [], stopped)

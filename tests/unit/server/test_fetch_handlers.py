@@ -148,3 +148,26 @@ def test_a_follower_s_session_answers_only_what_moved_and_still_notes_every_part
     _append(services, "s", b"c", partition=1)
     _, fourth = fetch(_session_fetch(sid, 3, {}))
     assert sorted(fourth) == [1] and _offsets(fourth[1]) == [0]
+
+
+def test_only_a_caught_up_isr_follower_with_unchanged_offsets_is_passed_over_as_idle():
+    clock = Clock()
+    services = make_services(topic("i", 1, replicas=[0, 1, 2], isr=[0, 1]), brokers=(0, 1, 2), clock=clock,
+                             alter_partition=FakeAlterPartition())
+    rm = services.replica_manager
+    _append(services, "i", b"a", b"b")
+    part = rm.leader_partition("i", 0)
+    for replica in (1, 2):
+        part.update_follower_fetch_state(replica, 2, clock.now_ms)
+    state = (part.high_watermark, part.last_stable_offset, part.log_start_offset)
+    clock.now_ms += 500
+
+    assert rm.follower_idle("i", 0, 2, 0, 1, state, clock.now_ms)
+    assert part.followers[1].last_caught_up_ms == part.followers[1].last_fetch_ms == clock.now_ms
+    assert not rm.follower_idle("i", 0, 2, 0, 2, state, clock.now_ms)     # outside the ISR: may join it
+    assert not rm.follower_idle("i", 0, 1, 0, 1, state, clock.now_ms)     # behind the log end
+    assert not rm.follower_idle("i", 0, 2, 1, 1, state, clock.now_ms)     # another leader epoch
+    assert not rm.follower_idle("i", 0, 2, 0, 1, (state[0] - 1, *state[1:]), clock.now_ms)  # answered an older HW
+    assert not rm.follower_idle("i", 1, 2, 0, 1, state, clock.now_ms)     # no such partition
+    _append(services, "i", b"c")
+    assert not rm.follower_idle("i", 0, 2, 0, 1, state, clock.now_ms)     # records to send

@@ -233,12 +233,34 @@ def test_a_follower_s_log_keeps_replica_drop_behind_bytes_cached_and_a_leader_s_
     assert log.cache_keep_bytes is None
 
 
+def test_a_follower_brokers_parked_fetch_wakes_for_an_append_to_any_partition_it_replicates_and_no_other():
+    clock = Clock()
+    services = make_services(topic("a", 2, replicas=[0, 1]), topic("b", 1, replicas=[0, 2]), brokers=(0, 1, 2),
+                             clock=clock, alter_partition=FakeAlterPartition())
+    rm = services.replica_manager
+
+    async def main():
+        of_1 = asyncio.ensure_future(rm.wait_for_data([("a", 0), ("a", 1)], 5_000, replica_id=1))
+        of_2 = asyncio.ensure_future(rm.wait_for_data([("b", 0)], 5_000, replica_id=2))
+        await until(lambda: rm.purgatory.waiting() == 2, "both followers' fetches parked")
+        rm.append_to_leader(rm.leader_partition("a", 1), batch(b"x"), clock(), log_append_time=False,
+                            required_acks=1)
+        assert await of_1 is True
+        assert not of_2.done() and rm.purgatory.waiting() == 1      # broker 2 replicates none of "a"
+        rm.append_to_leader(rm.leader_partition("b", 0), batch(b"y"), clock(), log_append_time=False,
+                            required_acks=1)
+        assert await of_2 is True
+        await rm.aclose()
+
+    _run(main())
+
+
 def test_an_append_wakes_followers_fetches_and_the_high_watermark_wakes_consumers_fetches():
     clock, rm = _led_here_followed_by_1("w")
 
     async def main():
         part = rm.leader_partition("w", 0)
-        follower = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, follower=True))
+        follower = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, replica_id=1))
         consumer = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000))
         await until(lambda: rm.purgatory.waiting() == 2, "both fetches parked")
         rm.append_to_leader(part, batch(b"x"), clock(), log_append_time=False, required_acks=1)
@@ -248,7 +270,7 @@ def test_an_append_wakes_followers_fetches_and_the_high_watermark_wakes_consumer
         rm.read("w", 0, fetch_offset=1, current_leader_epoch=0, replica_id=1, isolation=0, max_bytes=1 << 20,
                 min_one_batch=True, now_ms=clock())
         assert part.high_watermark == 1 and await consumer is True
-        again = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, follower=True))
+        again = asyncio.ensure_future(rm.wait_for_data([("w", 0)], 5_000, replica_id=1))
         await until(lambda: rm.purgatory.waiting() == 1, "the follower's fetch parked")
         rm.stop_replicas([("w", 0)], delete=False, now_ms=clock())     # any other change wakes both
         assert await again is True

@@ -76,8 +76,8 @@ def read_partitions(ctx: RequestContext, wanted: Wanted, *, version: int, max_by
         for fp in partitions:
             if idle_check and topic is not None:
                 answered = session.answered(ident, fp.partition)    # type: ignore[union-attr]
-                if answered is not None and answered == rm.follower_caught_up(
-                        topic, fp.partition, fp.fetch_offset, fp.current_leader_epoch, replica_id, now_ms):
+                if answered is not None and rm.follower_idle(topic, fp.partition, fp.fetch_offset,
+                                                             fp.current_leader_epoch, replica_id, answered, now_ms):
                     continue
             pd, size = _read_partition(ctx, topic, fp, now_ms, version=version, remaining=remaining,
                                        first=total == 0, isolation=isolation, replica_id=replica_id)
@@ -178,7 +178,7 @@ async def handle_fetch(ctx: RequestContext, request: m.FetchRequest) -> m.FetchR
             break
         wait_ms = deadline - loop_time()
         keys = [(t, fp.partition) for t, _, parts in wanted if t is not None for fp in parts]
-        if wait_ms <= 0 or not await ctx.replica_manager.wait_for_data(keys, wait_ms, follower=replica_id >= 0):
+        if wait_ms <= 0 or not await ctx.replica_manager.wait_for_data(keys, wait_ms, replica_id=replica_id):
             responses, total, any_error = await read()
             break
     if session is not None:
