@@ -201,8 +201,7 @@ class LogSegment:
     def _remember(self, batches: list[BatchInfo]) -> None:
         recent, last = self._recent, self._recent_last
         if len(batches) >= RECENT_BATCHES or (recent and recent[-1].end != batches[0].position):
-            recent.clear()
-            last.clear()
+            self._forget_recent()
             batches = batches[-RECENT_BATCHES:]
         elif len(recent) + len(batches) > 2 * RECENT_BATCHES:
             drop = len(recent) + len(batches) - RECENT_BATCHES
