@@ -451,6 +451,9 @@ def render_registry(schemas: list[Schema]) -> str:
     lines += [f"    {s.api_key}: {s.module_name!r}," for s in apis]
     lines += ["}", "", "RECORD_MODULES = {"]
     lines += [f"    {s.name!r}: {s.module_name!r}," for s in records]
+    lines += ["}", "", "# Each API's name (its module's NAME), for tools that list APIs without using them.",
+              "API_NAMES = {"]
+    lines += [f"    {s.api_key}: {s.name!r}," for s in apis]
     lines += ["}", "", "# (MIN_VERSION, MAX_VERSION) of each API, as its module declares them.",
               "API_VERSION_RANGES = {"]
     lines += [f"    {s.api_key}: ({s.versions.low}, {s.versions.high})," for s in apis]
