@@ -127,7 +127,7 @@ def test_unknown_topic(broker, action):
 def test_broker_unreachable(command):
     addr = unreachable()
     r = odradek(*command, "--timeout", "1", bootstrap=addr, timeout=20)
-    r.fails(f"cannot reach the cluster at {addr} within 1s", "connection refused")
+    r.fails(f"cannot reach the cluster at {addr}", "connection refused")
 
 
 def test_cluster_matches_confluent(broker, admin):

@@ -59,8 +59,10 @@ def bootstrap_servers(text: str) -> str:
             raise argparse.ArgumentTypeError(f"an empty address in {text!r}")
         address = item.split("://", 1)[1] if "://" in item else item
         host, sep, port = address.rpartition(":")
-        if not sep or not host.strip("[]") or (host.count(":") and not host.startswith("[")):
+        if not sep or (host.count(":") and not host.startswith("[")):
             raise argparse.ArgumentTypeError(f"{item!r} has no port: expected HOST:PORT, e.g. localhost:9092")
+        if not host.strip("[]"):
+            raise argparse.ArgumentTypeError(f"no host in {item!r}: expected HOST:PORT, e.g. localhost:9092")
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise argparse.ArgumentTypeError(f"bad port in {item!r}: expected 1-65535")
     return text

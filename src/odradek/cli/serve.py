@@ -1,6 +1,11 @@
 """`odradek serve`: run one broker (as Kafka's kafka-server-start.sh: a properties file and
 `--override KEY=VALUE`). With no arguments: one broker on localhost:9092, embedded metadata, data in
-./odradek-data. SIGTERM or SIGINT shuts it down cleanly, writing the clean-shutdown marker."""
+./odradek-data. SIGTERM or SIGINT shuts it down cleanly, writing the clean-shutdown marker.
+
+    odradek serve
+    odradek serve --config server.properties
+    odradek serve --override listeners=PLAINTEXT://localhost:9093 --override log.dirs=/tmp/odradek-2
+"""
 
 from __future__ import annotations
 
