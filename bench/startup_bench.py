@@ -12,8 +12,15 @@ machine slows them all alike), and reported as medians with each ratio:
 Targets (issue 34): serve ready in at most 0.3 s, topics list in at most 0.25 s. It is a benchmark,
 not a test: it prints figures and exits 0; nothing in CI times it.
 
+Bytecode: by default the commands run as an installed package runs, from cached bytecode (`pip
+install` compiles it; the first, uncounted round writes the caches of a source checkout).
+`--no-bytecode` times them compiling every module from source each time (PYTHONDONTWRITEBYTECODE set
+and an empty cache prefix), as in an environment that sets PYTHONDONTWRITEBYTECODE=1 on a checkout
+without caches: there, compiling costs more than importing.
+
     python bench/startup_bench.py               # 9 rounds
     python bench/startup_bench.py --rounds 15 --json
+    python bench/startup_bench.py --no-bytecode
 """
 
 from __future__ import annotations
@@ -35,9 +42,12 @@ SERVE_TARGET_S = 0.30
 LIST_TARGET_S = 0.25
 
 
+ENV = dict(os.environ)
+
+
 def _time_run(argv: list[str]) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.decode(errors='replace')[-500:]}")
@@ -50,7 +60,7 @@ def _serve(data_dir: Path, port: int = 0) -> tuple[subprocess.Popen, float, int]
             "--override", f"log.dirs={data_dir}"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env=ENV)
     assert proc.stdout is not None
     seen = []
     for raw in proc.stdout:
@@ -84,16 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9, help="alternating rounds (default 9)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--no-bytecode", action="store_true", help="compile every module from source each run")
     args = ap.parse_args(argv)
     kcat = shutil.which("kcat") or shutil.which("kafkacat")
     times: dict[str, list[float]] = {"python -c pass": [], "kcat -L": [], "odradek serve": [],
                                      "odradek topics list": []}
     with tempfile.TemporaryDirectory(prefix="odradek-startup-") as tmp:
+        if args.no_bytecode:
+            ENV.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(Path(tmp) / "no-pycache"))
+        else:
+            ENV.pop("PYTHONDONTWRITEBYTECODE", None)
         # One broker stays up for the listing commands; each round also starts a fresh one to time it.
         held, _, port = _serve(Path(tmp) / "held")
         bootstrap = f"127.0.0.1:{port}"
         try:
             _time_run([*ODRADEK, "topics", "create", "--topic", "startup-bench", "--bootstrap-server", bootstrap])
+            warm, _, _ = _serve(Path(tmp) / "warm-up")      # uncounted: writes the bytecode caches
+            _stop(warm)
+            _time_run([*ODRADEK, "topics", "list", "--bootstrap-server", bootstrap])
             for n in range(args.rounds):
                 times["python -c pass"].append(_time_run([sys.executable, "-c", "pass"]))
                 if kcat:
@@ -106,13 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             _stop(held)
     med = {k: statistics.median(v) for k, v in times.items() if v}
-    result = {"rounds": args.rounds, "median_s": med, "samples_s": times, "python": sys.version.split()[0],
+    result = {"rounds": args.rounds, "bytecode": not args.no_bytecode, "median_s": med, "samples_s": times, "python": sys.version.split()[0],
               "cpus": os.cpu_count()}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
     floor, native = med["python -c pass"], med.get("kcat -L")
-    print(f"medians of {args.rounds} alternating rounds (wall clock from spawn)")
+    mode = "compiled from source each run" if args.no_bytecode else "from cached bytecode"
+    print(f"medians of {args.rounds} alternating rounds (wall clock from spawn; Python {mode})")
     print(f"{'command':<22}{'median':>9}{'min':>9}{'/python':>9}{'/kcat':>9}{'target':>9}")
     targets = {"odradek serve": SERVE_TARGET_S, "odradek topics list": LIST_TARGET_S}
     for k, v in med.items():
