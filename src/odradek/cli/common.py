@@ -161,7 +161,7 @@ def admin_config(args) -> dict:
 # ------------------------------------------------------------------------------------------ running
 def run(args, main: Callable[[Any], Any]) -> int:
     """Run `await main(args)`; turn every failure into one line on stderr and an exit status."""
-    from odradek.client.errors import ConfigError, KafkaConnectionError, KafkaError, KafkaTimeoutError
+    from odradek.client.errors import ConfigError, KafkaError, KafkaTimeoutError
 
     prog = f"odradek {args.command}"
     try:
@@ -171,13 +171,10 @@ def run(args, main: Callable[[Any], Any]) -> int:
         return _fail(prog, str(e), e.status)
     except KafkaTimeoutError as e:
         text = str(e)
-        if "could not bootstrap" in text:
-            text = f"cannot reach the cluster at {args.bootstrap_server} within {args.timeout:g}s" + _probe(args)
-        return _fail(prog, text, 1)
-    except KafkaConnectionError as e:
-        text = str(e)
-        if "could not bootstrap" in text:     # every bootstrap address refused (Cluster.start)
+        if "could not bootstrap" in text and "every address refused" in text:    # at once (Cluster.start)
             text = f"cannot reach the cluster at {args.bootstrap_server}: connection refused"
+        elif "could not bootstrap" in text:
+            text = f"cannot reach the cluster at {args.bootstrap_server} within {args.timeout:g}s" + _probe(args)
         return _fail(prog, text, 1)
     except ConfigError as e:
         return _fail(prog, f"invalid client configuration: {e}", 2)

@@ -346,9 +346,9 @@ class Cluster:
                     raise KafkaTimeoutError(f"could not bootstrap from {self.bootstrap}: {e}") from e
                 if self._every_bootstrap_refused():
                     # Nothing listens at any address: no point waiting out the timeout (librdkafka
-                    # reports "all brokers down" at once too).
-                    addresses = ", ".join(f"{h}:{p}" for h, p in self.bootstrap)
-                    raise KafkaConnectionError(f"could not bootstrap from {addresses}: connection refused") from e
+                    # reports "all brokers down" at once too). The same error as a timeout, sooner.
+                    raise KafkaTimeoutError(f"could not bootstrap from {self.bootstrap}: every address "
+                                            f"refused the connection (connection refused)") from e
                 await asyncio.sleep(min(self.config["reconnect.backoff.ms"], deadline - now_ms()) / 1000)
 
     def _every_bootstrap_refused(self) -> bool:
