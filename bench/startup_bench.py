@@ -14,9 +14,9 @@ not a test: it prints figures and exits 0; nothing in CI times it.
 
 Bytecode: by default the commands run as an installed package runs, from cached bytecode (`pip
 install` compiles it; the first, uncounted round writes the caches of a source checkout).
-`--no-bytecode` times them compiling every module from source each time (PYTHONDONTWRITEBYTECODE set
-and an empty cache prefix), as in an environment that sets PYTHONDONTWRITEBYTECODE=1 on a checkout
-without caches: there, compiling costs more than importing.
+`--no-bytecode` times them compiling odradek's modules from source each time (a copy of the package
+without caches, PYTHONDONTWRITEBYTECODE set), as in an environment that sets PYTHONDONTWRITEBYTECODE=1
+on a checkout without caches: there, compiling costs more than importing.
 
     python bench/startup_bench.py               # 9 rounds
     python bench/startup_bench.py --rounds 15 --json
@@ -101,7 +101,15 @@ def main(argv: list[str] | None = None) -> int:
                                      "odradek topics list": []}
     with tempfile.TemporaryDirectory(prefix="odradek-startup-") as tmp:
         if args.no_bytecode:
-            ENV.update(PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(Path(tmp) / "no-pycache"))
+            # odradek's sources without their caches (the interpreter's own modules keep theirs).
+            import importlib.util
+
+            spec = importlib.util.find_spec("odradek")
+            assert spec is not None and spec.submodule_search_locations
+            shutil.copytree(spec.submodule_search_locations[0], Path(tmp) / "src" / "odradek",
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            ENV.update(PYTHONDONTWRITEBYTECODE="1",
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(Path(tmp) / "src"), ENV.get("PYTHONPATH")])))
         else:
             ENV.pop("PYTHONDONTWRITEBYTECODE", None)
         # One broker stays up for the listing commands; each round also starts a fresh one to time it.
