@@ -150,6 +150,7 @@ def client_config(args, **extra) -> dict:
     conf.setdefault("request.timeout.ms", timeout_ms)
     conf.setdefault("socket.connection.setup.timeout.ms", min(timeout_ms, 10000))
     conf.setdefault("client.id", "odradek-cli")
+    conf.setdefault("bootstrap.refused.fail.fast", True)     # say "connection refused" at once
     conf.update(extra)
     return conf
 

@@ -344,7 +344,7 @@ class Cluster:
             except (KafkaConnectionError, TimeoutError) as e:
                 if now_ms() >= deadline:
                     raise KafkaTimeoutError(f"could not bootstrap from {self.bootstrap}: {e}") from e
-                if self._every_bootstrap_refused():
+                if self.config["bootstrap.refused.fail.fast"] and self._every_bootstrap_refused():
                     # Nothing listens at any address: no point waiting out the timeout (librdkafka
                     # reports "all brokers down" at once too). The same error as a timeout, sooner.
                     raise KafkaTimeoutError(f"could not bootstrap from {self.bootstrap}: every address "
