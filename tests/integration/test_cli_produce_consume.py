@@ -83,8 +83,8 @@ def test_produce_rate_limit(broker, admin):
 def test_produce_errors(broker, admin, tmp_path):
     t = make_topic(admin, "cli-prod-err", partitions=2)
     missing = new_name("cli-nosuch")
-    odradek("produce", "--topic", missing, input="x\n", bootstrap=broker.bootstrap).fails(
-        "UNKNOWN_TOPIC_OR_PARTITION", missing)
+    odradek("produce", "--topic", missing, "--producer-property", "allow.auto.create.topics=false", input="x\n",
+            bootstrap=broker.bootstrap).fails("UNKNOWN_TOPIC_OR_PARTITION", missing)
     odradek("produce", "--topic", t, "--partition", "5", input="x\n", bootstrap=broker.bootstrap).fails(
         "has 2 partitions")
     odradek("produce", "--topic", t, "--property", "parse.key=true", input="ok\tyes\nno separator\n",

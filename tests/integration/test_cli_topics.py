@@ -70,8 +70,8 @@ def test_list_matches_confluent(broker, admin):
     theirs = admin.list_topics(timeout=10).topics
     assert set(listed) == set(theirs)
     assert {n: t["partitions"] for n, t in listed.items()} == {n: len(t.partitions) for n, t in theirs.items()}
-    table = odradek("topics", "list", bootstrap=broker.bootstrap).ok().stdout
-    assert all(n in table for n in names) and "PARTITIONS" in table
+    piped = odradek("topics", "list", bootstrap=broker.bootstrap).ok().stdout.splitlines()
+    assert set(piped) == set(theirs), "piped: one name per line (the table is for a terminal)"
 
 
 def test_describe_matches_confluent(broker, admin):
@@ -127,7 +127,7 @@ def test_unknown_topic(broker, action):
 def test_broker_unreachable(command):
     addr = unreachable()
     r = odradek(*command, "--timeout", "1", bootstrap=addr, timeout=20)
-    r.fails(f"cannot reach the cluster at {addr} within 1s", "connection refused")
+    r.fails(f"cannot reach the cluster at {addr}", "connection refused")
 
 
 def test_cluster_matches_confluent(broker, admin):

@@ -1,8 +1,12 @@
 """What the client subcommands share: connection flags, client configs, errors, output.
 
-Every tool takes Kafka's `--bootstrap-server` (default localhost:9092) and `--command-config FILE` (a
-properties file of client configs), plus `--timeout SECONDS` for each call to the cluster, so an
-unreachable broker is reported quickly. Output is a rich table for people, `--json` for scripts.
+Every tool takes Kafka's `--bootstrap-server HOST:PORT[,...]` (default: the environment variable
+ODRADEK_BOOTSTRAP_SERVER, else localhost:9092; the flag wins) and `--command-config FILE` (a properties
+file of client configs, read as Kafka reads it: `odradek.properties`), plus `--timeout SECONDS` for each
+call to the cluster. An address without a port, or with a bad one, is refused while the arguments are
+parsed; a cluster whose every bootstrap address refuses connections is reported at once. Output is a
+plain table for people (columns two spaces apart, no blank lines around it, no trailing spaces),
+`--json` for scripts.
 
 Errors end the command with one line on stderr, `odradek <command>: error: <reason>`, and a non-zero
 status: 1 for a failure, 2 for bad arguments, 130 when interrupted.
@@ -13,11 +17,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import uuid
 from typing import Any, Callable, Iterable
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
+BOOTSTRAP_ENV = "ODRADEK_BOOTSTRAP_SERVER"
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -34,12 +40,47 @@ def connection_parent() -> argparse.ArgumentParser:
     """The flags every client subcommand takes (a parent parser for leaf commands)."""
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
-    g.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT[,...]",
-                   help=f"brokers to connect to (default {DEFAULT_BOOTSTRAP})")
+    g.add_argument("--bootstrap-server", type=bootstrap_servers, default=None, metavar="HOST:PORT[,...]",
+                   help=f"brokers to connect to (default: ${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})")
     g.add_argument("--command-config", metavar="FILE", help="a properties file of client configs")
     g.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                    help=f"how long to wait for the cluster (default {DEFAULT_TIMEOUT_S:g})")
     return p
+
+
+def bootstrap_servers(text: str) -> str:
+    """`host:port[,host:port...]` (a `PLAINTEXT://` prefix allowed), as Kafka's tools require: a port
+    on every address, 1-65535. Returns the text unchanged."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise argparse.ArgumentTypeError("expected HOST:PORT[,HOST:PORT...], got nothing")
+    for item in items:
+        if not item:
+            raise argparse.ArgumentTypeError(f"an empty address in {text!r}")
+        address = item.split("://", 1)[1] if "://" in item else item
+        host, sep, port = address.rpartition(":")
+        if not sep or (host.count(":") and not host.startswith("[")):
+            raise argparse.ArgumentTypeError(f"{item!r} has no port: expected HOST:PORT, e.g. localhost:9092")
+        if not host.strip("[]"):
+            raise argparse.ArgumentTypeError(f"no host in {item!r}: expected HOST:PORT, e.g. localhost:9092")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"bad port in {item!r}: expected 1-65535")
+    return text
+
+
+def resolve_bootstrap(args, parser: argparse.ArgumentParser) -> None:
+    """Fill `args.bootstrap_server` when the flag was not given: ${BOOTSTRAP_ENV}, else the default;
+    a bad address in the variable is an argument error naming it."""
+    if getattr(args, "bootstrap_server", "") is not None:
+        return
+    from_env = os.environ.get(BOOTSTRAP_ENV, "").strip()
+    if not from_env:
+        args.bootstrap_server = DEFAULT_BOOTSTRAP
+        return
+    try:
+        args.bootstrap_server = bootstrap_servers(from_env)
+    except argparse.ArgumentTypeError as e:
+        parser.error(f"{BOOTSTRAP_ENV}: {e}")
 
 
 def json_parent() -> argparse.ArgumentParser:
@@ -76,22 +117,16 @@ def positive_int(text: str) -> int:
 
 
 def read_properties(path: str) -> dict[str, str]:
-    """A Java-style properties file: `key=value` (or `key: value`) lines, `#` and `!` comments."""
+    """A properties file of client configs, read as `serve --config` reads server.properties
+    (`odradek.properties`: Java's syntax, continuation lines, `key value`, escapes)."""
+    from odradek.properties import load_properties
+
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        return load_properties(path)
     except OSError as e:
         raise CliError(f"cannot read {path}: {e.strerror}") from None
-    out = {}
-    for n, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise CliError(f"{path}:{n}: expected key=value, got {line!r}")
-        out[line[:sep].strip()] = line[sep + 1:].strip()
-    return out
+    except ValueError as e:
+        raise CliError(f"{path}: {e}") from None
 
 
 def parse_key_values(items: Iterable[str], what: str = "--config") -> dict[str, str]:
@@ -115,6 +150,7 @@ def client_config(args, **extra) -> dict:
     conf.setdefault("request.timeout.ms", timeout_ms)
     conf.setdefault("socket.connection.setup.timeout.ms", min(timeout_ms, 10000))
     conf.setdefault("client.id", "odradek-cli")
+    conf.setdefault("bootstrap.refused.fail.fast", True)     # say "connection refused" at once
     conf.update(extra)
     return conf
 
@@ -136,7 +172,9 @@ def run(args, main: Callable[[Any], Any]) -> int:
         return _fail(prog, str(e), e.status)
     except KafkaTimeoutError as e:
         text = str(e)
-        if "could not bootstrap" in text:
+        if "could not bootstrap" in text and "every address refused" in text:    # at once (Cluster.start)
+            text = f"cannot reach the cluster at {args.bootstrap_server}: connection refused"
+        elif "could not bootstrap" in text:
             text = f"cannot reach the cluster at {args.bootstrap_server} within {args.timeout:g}s" + _probe(args)
         return _fail(prog, text, 1)
     except ConfigError as e:
@@ -196,16 +234,18 @@ def console(stderr: bool = False):
 
 
 def print_table(columns: list[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> None:
-    from rich import box
-    from rich.table import Table
+    """A plain table: a header row, then one row per line, columns two spaces apart and left-aligned,
+    no blank line before or after and no trailing spaces (as kafka-consumer-groups.sh prints)."""
+    sys.stdout.write(format_table(columns, rows, title))
 
-    out = console()
-    if title:
-        out.print(title, markup=False, soft_wrap=True)
-    table = Table(*columns, box=box.SIMPLE_HEAD, pad_edge=False)
-    for row in rows:
-        table.add_row(*("-" if v is None else str(v) for v in row))
-    out.print(table)
+
+def format_table(columns: list[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> str:
+    cells = [[str(c) for c in columns]]
+    cells += [["-" if v is None else " ".join(str(v).split("\n")) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = [title.rstrip()] if title else []
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines) + "\n"
 
 
 def print_json(obj: Any) -> None:
@@ -224,4 +264,4 @@ def _json_default(o):
 
 def say(text: str) -> None:
     """A line of human output (not in --json mode)."""
-    console().print(text, markup=False)
+    sys.stdout.write(text + "\n")

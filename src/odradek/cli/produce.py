@@ -6,6 +6,10 @@
 
 Each line is a record (see `formats` for the key and header syntax). Nothing is printed on success
 (with --json, a summary); the first failed delivery ends the command with status 1.
+
+A topic that does not exist is created by the broker on the first record when the broker allows it
+(auto.create.topics.enable, as kafka-console-producer.sh and kcat do: the producer's Metadata
+requests allow auto-creation); when the broker does not, the command says so at once.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 import time
 
 from odradek.cli.common import (
-    CliError, client_config, connection_parent, json_parent, non_negative_int, parse_key_values, positive_float,
+    CliError, admin_config, client_config, connection_parent, json_parent, non_negative_int, parse_key_values, positive_float,
     print_json, run,
 )
 from odradek.cli.formats import FormatError, LineReader
@@ -62,7 +66,6 @@ async def read_lines(fd: int):
 async def produce(args) -> int:
     from odradek.client.admin import Admin
     from odradek.client.producer import Producer
-    from odradek.cli.common import admin_config
 
     try:
         reader = LineReader.from_properties(parse_key_values(args.property, "--property"))
@@ -72,15 +75,15 @@ async def produce(args) -> int:
         fd = os.open(args.file, os.O_RDONLY) if args.file else sys.stdin.fileno()
     except OSError as e:
         raise CliError(f"cannot read {args.file}: {e.strerror}") from None
-    async with Admin(admin_config(args)) as admin:
-        partitions = len((await admin.describe_topics([args.topic]))[args.topic].partitions)
-    if args.partition is not None and args.partition >= partitions:
-        raise CliError(f"topic {args.topic} has {partitions} partitions; there is no partition {args.partition}")
     timeout_ms = int(args.timeout * 1000)
     conf = client_config(args, **{
         "acks": args.acks, "compression.type": args.compression_codec, "linger.ms": args.linger_ms,
         "max.block.ms": timeout_ms, "delivery.timeout.ms": max(timeout_ms, args.linger_ms + timeout_ms),
-        "allow.auto.create.topics": False, **parse_key_values(args.producer_property, "--producer-property")})
+        **parse_key_values(args.producer_property, "--producer-property")})
+    async with Admin(admin_config(args)) as admin:
+        partitions = await _partitions_or_creatable(admin, args.topic, conf)
+    if args.partition is not None and partitions is not None and args.partition >= partitions:
+        raise CliError(f"topic {args.topic} has {partitions} partitions; there is no partition {args.partition}")
     failures: list = []
     count = 0
     started = time.monotonic()
@@ -109,3 +112,27 @@ async def produce(args) -> int:
     if args.json:
         print_json({"topic": args.topic, "records": count, "seconds": round(time.monotonic() - started, 3)})
     return 0
+
+
+async def _partitions_or_creatable(admin, topic: str, conf: dict) -> int | None:
+    """The topic's partition count; None for a topic the first record will create. A topic that
+    does not exist and will not be created is a CliError now, not a timeout later."""
+    from odradek.client.admin_types import AdminError, ConfigResource
+    from odradek.protocol.error_codes import ErrorCode
+
+    try:
+        return len((await admin.describe_topics([topic]))[topic].partitions)
+    except AdminError as e:
+        if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise
+    create = "create it first: odradek topics create --topic " + topic
+    if str(conf.get("allow.auto.create.topics", True)).lower() == "false":
+        raise CliError(f"UNKNOWN_TOPIC_OR_PARTITION: topic {topic} does not exist and "
+                       f"allow.auto.create.topics=false; {create}")
+    broker = (await admin.describe_cluster()).brokers[0].id
+    resource = ConfigResource.broker(broker)
+    entry = (await admin.describe_configs([resource]))[resource].get("auto.create.topics.enable")
+    if entry is not None and str(entry.value).lower() == "false":
+        raise CliError(f"UNKNOWN_TOPIC_OR_PARTITION: topic {topic} does not exist and the broker does not "
+                       f"create topics on use (auto.create.topics.enable=false); {create}")
+    return None

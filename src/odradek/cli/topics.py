@@ -5,9 +5,16 @@
     odradek topics describe --topic events
     odradek topics alter --topic events --partitions 12 --add-config cleanup.policy=compact
     odradek topics delete --topic events
+
+`list` prints a table on a terminal and one name per line otherwise (as kafka-topics.sh --list), for
+`odradek topics list | while read t; do ...; done`; `--json` gives every field. `describe` shows each
+partition's leader, replicas, in-sync replicas and its log start offset and high watermark (as
+`rpk topic describe -p`).
 """
 
 from __future__ import annotations
+
+import sys
 
 from odradek.cli.common import (
     CliError, admin_config, connection_parent, json_parent, parse_key_values, positive_int, print_json,
@@ -31,7 +38,8 @@ def add_parser(sub) -> None:
     c.add_argument("--validate-only", action="store_true", help="check the request, create nothing")
     c.set_defaults(run=lambda a: run(a, create))
 
-    ls = actions.add_parser("list", parents=[conn, js], help="list topics")
+    ls = actions.add_parser("list", parents=[conn, js], help="list topics",
+                            description="List the topics: a table on a terminal, one name per line when piped.")
     ls.add_argument("--exclude-internal", action="store_true", help="leave out internal topics")
     ls.set_defaults(run=lambda a: run(a, list_))
 
@@ -107,6 +115,8 @@ async def list_(args) -> int:
     if args.json:
         print_json([{"name": t.name, "topic_id": t.topic_id, "partitions": t.partitions, "internal": t.is_internal}
                     for t in topics.values()])
+    elif not sys.stdout.isatty():
+        sys.stdout.write("".join(f"{name}\n" for name in sorted(topics)))
     else:
         print_table(["TOPIC", "PARTITIONS", "INTERNAL"],
                     [(t.name, t.partitions, "yes" if t.is_internal else "") for t in topics.values()])
@@ -124,6 +134,7 @@ async def describe(args) -> int:
         described = await admin.describe_topics(names) if names else {}
         configs = await admin.describe_configs([ConfigResource.topic(n) for n in names]) if names else {}
         live = {b.id for b in (await admin.describe_cluster()).brokers}
+        offsets = await _offsets(admin, described)
     out = []
     for name, t in described.items():
         entries = configs[ConfigResource.topic(name)]
@@ -134,9 +145,10 @@ async def describe(args) -> int:
         for p in t.partitions:
             flags = partition_status.status(p, live, min_isr)
             if partition_status.selected(flags, args.filters):
+                start, end = offsets.get((name, p.partition), (None, None))
                 partitions.append({"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
                                    "replicas": p.replicas, "isr": p.isr, "offline_replicas": p.offline_replicas,
-                                   **flags})
+                                   "log_start_offset": start, "high_watermark": end, **flags})
         if args.filters and not partitions:
             continue
         out.append({"name": name, "topic_id": t.topic_id, "internal": t.is_internal, "partition_count": len(t.partitions),
@@ -145,15 +157,42 @@ async def describe(args) -> int:
     if args.json:
         print_json(out)
         return 0
-    for t in out:
+    for n, t in enumerate(out):
         cfg = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items()))
         title = (f"Topic: {t['name']}  TopicId: {t['topic_id']}  PartitionCount: {t['partition_count']}  "
                  f"ReplicationFactor: {t['replication_factor']}  Configs: {cfg}")
-        print_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "STATUS"],
+        if n:
+            sys.stdout.write("\n")     # a blank line between topics, none before the first or after the last
+        print_table(["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "OFFLINE", "LOG-START-OFFSET",
+                     "HIGH-WATERMARK", "STATUS"],
                     [(p["partition"], "none" if p["leader"] < 0 else p["leader"], p["leader_epoch"],
-                      _ids(p["replicas"]), _ids(p["isr"]), _ids(p["offline_replicas"]), _status_text(p))
+                      _ids(p["replicas"]), _ids(p["isr"]), _ids(p["offline_replicas"]), p["log_start_offset"],
+                      p["high_watermark"], _status_text(p))
                      for p in t["partitions"]], title=title)
     return 0
+
+
+async def _offsets(admin, described) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+    """(log start offset, high watermark) of every partition that has a leader, by ListOffsets
+    (earliest, latest) to the leaders; a partition whose leader cannot answer gets (None, None)."""
+    from odradek.client.admin_partitions import EARLIEST, LATEST
+    from odradek.client.admin_types import AdminError
+    from odradek.client.fetcher import TopicPartition
+
+    tps = [TopicPartition(name, p.partition) for name, t in described.items() for p in t.partitions
+           if p.leader >= 0]
+    if not tps:
+        return {}
+    try:
+        start = await admin.list_offsets({tp: EARLIEST for tp in tps})
+        end = await admin.list_offsets({tp: LATEST for tp in tps})
+    except AdminError:
+        return {}
+    return {(tp.topic, tp.partition): (_offset(start.get(tp)), _offset(end.get(tp))) for tp in tps}
+
+
+def _offset(found) -> int | None:
+    return None if found is None or isinstance(found, Exception) else found.offset
 
 
 def _status_text(p: dict) -> str:

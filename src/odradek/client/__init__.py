@@ -14,22 +14,34 @@ Kafka-compatible broker. Config names and defaults are Kafka's (`config`).
 - `sync.Producer`, `sync.Consumer`, `sync.Admin`: the same from plain threads
 """
 
-from odradek.client.admin import Admin
-from odradek.client.admin_types import AdminError, ConfigResource, NewTopic
-from odradek.client.batch import DeliveryFuture, RecordMetadata
-from odradek.client.consumer import Consumer
-from odradek.client.errors import (
-    BrokerResponseError, BufferFullError, ConfigError, InvalidProducerEpochError, KafkaConnectionError,
-    KafkaError, KafkaTimeoutError, OffsetOutOfRangeError, ProducerFencedError, TransactionAbortableError,
-    TransactionAbortedError, TransactionError,
-)
-from odradek.client.fetcher import ConsumerRecord, FetchedBatch, OffsetAndTimestamp, TopicPartition
-from odradek.records.columns import RecordColumns
-from odradek.client.partitioner import DefaultPartitioner, murmur2, partition_for_key, to_positive
-from odradek.client.producer import Producer
-from odradek.client.transactions import (
-    ConsumerGroupMetadata, PreparedTransaction, TxnState, end_prepared_transaction,
-)
+# Each name is imported on first use (PEP 562): `from odradek.client.errors import KafkaError` or
+# `from odradek.client import Admin` loads what it names, not the producer, consumer and groups too.
+_EXPORTS = {
+    "Admin": "admin", "AdminError": "admin_types", "ConfigResource": "admin_types", "NewTopic": "admin_types",
+    "DeliveryFuture": "batch", "RecordMetadata": "batch", "Consumer": "consumer",
+    **dict.fromkeys((
+        "BrokerResponseError", "BufferFullError", "ConfigError", "InvalidProducerEpochError",
+        "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "OffsetOutOfRangeError", "ProducerFencedError",
+        "TransactionAbortableError", "TransactionAbortedError", "TransactionError"), "errors"),
+    "ConsumerRecord": "fetcher", "FetchedBatch": "fetcher", "OffsetAndTimestamp": "fetcher",
+    "TopicPartition": "fetcher", "DefaultPartitioner": "partitioner", "murmur2": "partitioner",
+    "partition_for_key": "partitioner", "to_positive": "partitioner", "Producer": "producer",
+    **dict.fromkeys(("ConsumerGroupMetadata", "PreparedTransaction", "TxnState", "end_prepared_transaction"),
+                    "transactions"),
+}
+
+
+def __getattr__(name: str):
+    if name == "RecordColumns":
+        from odradek.records.columns import RecordColumns
+        return RecordColumns
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return value
+
 
 __all__ = [
     "Admin", "AdminError", "ConfigResource", "NewTopic",

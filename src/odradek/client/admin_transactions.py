@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from odradek.client.admin_partitions import _ROUTING_ERRORS, _tp
 from odradek.client.admin_types import AdminError, Retry, raise_first
 from odradek.client.fetcher import TopicPartition
-from odradek.client.transactions import PreparedTransaction, end_prepared_transaction
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.messages import describe_producers as dpr
 from odradek.protocol.messages import describe_transactions as dtx
 from odradek.protocol.messages import find_coordinator as fc
 from odradek.protocol.messages import list_transactions as ltx
 from odradek.protocol.messages import write_txn_markers as wtm
+
+if TYPE_CHECKING:
+    from odradek.client.transactions import PreparedTransaction
 
 TXN_KEY_TYPE = 1
 DESCRIBE_TRANSACTIONS_KEY = 65
@@ -133,6 +136,8 @@ class TransactionAdminMixin:
         """Commit or abort a prepared transaction (EndTxn by id, producer id and epoch; a repeat of an
         EndTxn that succeeded succeeds). ProducerFencedError: the coordinator no longer has it at that
         epoch (its timeout aborted it, or a newer producer of the id fenced it)."""
+        from odradek.client.transactions import end_prepared_transaction   # the producer's; not for every admin
+
         async with asyncio.timeout(self.config["default.api.timeout.ms"] / 1000):
             await end_prepared_transaction(self.cluster, self.config, prepared, commit)
 

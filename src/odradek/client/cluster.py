@@ -17,7 +17,9 @@ at most one attempt per broker at a time, with `reconnect.backoff.ms` (doubling 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -120,6 +122,19 @@ class ClusterMetadata:
         return p.leader_epoch if p is not None else -1
 
 
+def _refused(error: BaseException | None) -> bool:
+    """A connect refused at every address the host name resolved to (asyncio joins several failures
+    into one OSError "Multiple exceptions: [Errno 111] ..., [Errno 111] ..."); an address family the
+    host cannot use (no IPv6 route) counts as nothing listening there."""
+    if isinstance(error, ConnectionRefusedError):
+        return True
+    text = str(error or "")
+    if not text.startswith("Multiple exceptions: "):
+        return False
+    codes = {int(c) for c in re.findall(r"\[Errno (\d+)\]", text)}
+    return errno.ECONNREFUSED in codes and codes <= {errno.ECONNREFUSED, errno.EADDRNOTAVAIL, errno.ENETUNREACH}
+
+
 class Cluster:
     """Connections to the brokers of one cluster, and its metadata."""
 
@@ -132,6 +147,7 @@ class Cluster:
         self._conns: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Future] = {}
         self._failures: dict[int, tuple[int, float]] = {}   # node -> (consecutive failures, retry at ms)
+        self._refused: dict[int, bool] = {}   # bootstrap node -> its last connect was refused
         self._need_update = True
         self._refresh_lock = asyncio.Lock()
         self._last_attempt_ms = -1e18
@@ -280,13 +296,16 @@ class Cluster:
                 max_in_flight_requests=c["max.in.flight.requests.per.connection"],
                 max_frame_bytes=c["receive.message.max.bytes"],
                 software_name=c["client.software.name"], software_version=c["client.software.version"])
-        except KafkaConnectionError:
+        except KafkaConnectionError as e:
+            if node_id < 0:
+                self._refused[node_id] = _refused(e.__cause__)
             backoff = min(c["reconnect.backoff.ms"] * (2 ** failures), c["reconnect.backoff.max.ms"])
             self._failures[node_id] = (failures + 1, now_ms() + backoff)
             if node_id >= 0:
                 self._need_update = True
             raise
         self._failures.pop(node_id, None)
+        self._refused.pop(node_id, None)
         if self.closed:
             conn.close()
             raise KafkaConnectionError("client closed")
@@ -325,7 +344,17 @@ class Cluster:
             except (KafkaConnectionError, TimeoutError) as e:
                 if now_ms() >= deadline:
                     raise KafkaTimeoutError(f"could not bootstrap from {self.bootstrap}: {e}") from e
+                if self.config["bootstrap.refused.fail.fast"] and self._every_bootstrap_refused():
+                    # Nothing listens at any address: no point waiting out the timeout (librdkafka
+                    # reports "all brokers down" at once too). The same error as a timeout, sooner.
+                    raise KafkaTimeoutError(f"could not bootstrap from {self.bootstrap}: every address "
+                                            f"refused the connection (connection refused)") from e
                 await asyncio.sleep(min(self.config["reconnect.backoff.ms"], deadline - now_ms()) / 1000)
+
+    def _every_bootstrap_refused(self) -> bool:
+        """No broker known yet and every bootstrap address refused its last connection attempt."""
+        return (not self.metadata.brokers and not self._conns
+                and all(self._refused.get(-(i + 1)) for i in range(len(self.bootstrap))))
 
     async def aclose(self) -> None:
         self.closed = True

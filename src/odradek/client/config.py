@@ -114,6 +114,9 @@ COMMON = [
     ConfigDef("receive.message.max.bytes", _int, 100_000_000),
     ConfigDef("client.software.name", _str, "odradek-python"),
     ConfigDef("client.software.version", _str, "0.1.0"),
+    ConfigDef("bootstrap.refused.fail.fast", _bool, False,
+              "odradek only: fail the first bootstrap at once when every address refuses the connection "
+              "(the command-line tools set it); by default the client retries until its timeout, as Kafka's"),
 ]
 
 PRODUCER = COMMON + [

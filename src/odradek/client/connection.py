@@ -41,7 +41,7 @@ from odradek.protocol.api import APIS, RequestHeader, decode_response, encode_re
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
 from odradek.protocol.framing import FrameReader, frame
-from odradek.protocol.messages import api_versions
+from odradek.protocol.messages import API_VERSION_RANGES, api_versions
 
 API_VERSIONS_KEY = 18
 
@@ -56,9 +56,9 @@ _CORRELATION = struct.Struct(">i")
 def client_versions() -> dict[int, tuple[int, int]]:
     """api_key -> (min, max) this client speaks."""
     out = {}
-    for key, module in APIS.items():
-        low, high = CLIENT_VERSION_LIMITS.get(key, (module.MIN_VERSION, module.MAX_VERSION))
-        out[key] = (max(low, module.MIN_VERSION), min(high, module.MAX_VERSION))
+    for key, (lowest, highest) in API_VERSION_RANGES.items():    # imports no message module
+        low, high = CLIENT_VERSION_LIMITS.get(key, (lowest, highest))
+        out[key] = (max(low, lowest), min(high, highest))
     return out
 
 

@@ -54,7 +54,10 @@ def decode_request(frame) -> tuple[RequestHeader, object]:
     """Parse a request frame into its header and body message."""
     data = memoryview(frame)
     api_key, api_version, correlation_id = peek_request(data)
-    module = APIS.get(api_key)
+    try:
+        module = APIS[api_key]      # a plain dict lookup once the module is loaded (APIS.get is Python)
+    except KeyError:
+        module = None
     if module is None or not (module.MIN_VERSION <= api_version <= module.MAX_VERSION):
         header = RequestHeader(api_key, api_version, correlation_id)
         if api_key == API_VERSIONS_KEY:

@@ -29,9 +29,8 @@ from __future__ import annotations
 import io
 import struct
 
-from crc32c import crc32c
-
 from odradek.records import codecs
+from odradek.records.crc import crc32c
 from odradek.records.header import (
     ATTRIBUTES_OFFSET, CONTROL_MASK, CRC_OFFSET, HEADER_SIZE, LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK,

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import struct
 
-from crc32c import crc32c
-
 from odradek.protocol.exceptions import ProtocolError
+from odradek.records.crc import crc32c
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # base_offset + batch_length: the bytes before batch_length starts counting

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
-from odradek.records import scan_vector  # noqa: F401 (numpy loads with the broker, not on a first produce)
 from odradek.records.header import (
     HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, BatchHeader, peek_offset_and_length, set_max_timestamp,
 )

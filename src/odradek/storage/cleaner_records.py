@@ -44,10 +44,9 @@ import struct
 from dataclasses import dataclass
 from typing import Protocol
 
-from crc32c import crc32c
-
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
+from odradek.records.crc import crc32c
 from odradek.records.header import ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, \
     DELETE_HORIZON_MASK, HEADER_SIZE, LOG_OVERHEAD, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK
 from odradek.records.varint import encode_varint, encode_varlong

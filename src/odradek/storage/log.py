@@ -40,10 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crc32c import crc32c
-
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
+from odradek.records.crc import crc32c
 from odradek.records.header import BatchHeader, iter_headers, set_base_offset, \
     set_partition_leader_epoch
 from odradek.storage.checkpoints import fsync_dir, sync_file

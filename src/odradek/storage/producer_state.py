@@ -72,12 +72,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crc32c import crc32c
-
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records.batch import RecordBatch
 from odradek.records.control import EndTransactionMarker
+from odradek.records.crc import crc32c
 from odradek.records.header import CONTROL_MASK, HEADER_SIZE, LOG_OVERHEAD, NO_PRODUCER_EPOCH, \
     NO_SEQUENCE, TRANSACTIONAL_MASK, BatchHeader
 from odradek.storage.producer_verification import VerificationGuard, VerificationStates

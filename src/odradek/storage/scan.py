@@ -18,8 +18,7 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from crc32c import crc32c
-
+from odradek.records.crc import crc32c
 from odradek.storage.errors import CorruptRecordError
 
 HEADER_SIZE = 61
