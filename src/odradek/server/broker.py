@@ -277,7 +277,7 @@ class Broker:
     def _new_log_config(self, topic: str) -> LogConfig:
         """A new log's config: its topic as the controller has it (the image may not show it yet)."""
         info = self.controller.controller.image.get(topic) if self.controller is not None else None
-        return log_config(TopicConfig.resolve(info.configs, self.config)) if info is not None \
+        return log_config(TopicConfig.resolve_stored(info.configs, self.config, topic)) if info is not None \
             else self.log_config_for(topic)
 
     async def aclose(self) -> None:
