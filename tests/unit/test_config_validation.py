@@ -130,6 +130,18 @@ def test_thread_counts_change_by_at_most_half_or_double(name):
     assert BrokerConfig({name: "4"}).with_stored_dynamic(dynamic_default={name: "16"}).get(name) == 16
 
 
+def test_cleaner_threads_follow_kafkas_log_cleaner_rule():
+    old = BrokerConfig({"log.cleaner.threads": "2"})
+    for value, message in (("0", "at least 1"), ("5", "more than double the current value 2"),
+                           (str(2**31 - 1), "more than double")):
+        with pytest.raises(ConfigError, match=message):
+            validate_reconfiguration(old, old.with_dynamic(dynamic_default={"log.cleaner.threads": value}))
+    validate_reconfiguration(old, old.with_dynamic(dynamic_default={"log.cleaner.threads": "4"}))
+    low = BrokerConfig({"log.cleaner.threads": "8"})
+    with pytest.raises(ConfigError, match="less than half the current value 8"):
+        validate_reconfiguration(low, low.with_dynamic(dynamic_default={"log.cleaner.threads": "3"}))
+
+
 # --- stored values are read leniently ----------------------------------------------------------------
 
 

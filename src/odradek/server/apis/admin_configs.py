@@ -251,7 +251,9 @@ async def _change_broker(ctx: RequestContext, per_broker: bool, layer: dict[str,
     try:
         new = old.with_dynamic(**{("dynamic_broker" if per_broker else "dynamic_default"): layer})
         validate_reconfiguration(old, new)
-        check_topics_under(old, new, ((t.name, t.configs) for t in ctx.metadata.image.topics.values()))
+        # grows with the topics that override log keys (2,000 distinct ones: about 0.3 s): off the loop
+        topics = [(t.name, t.configs) for t in ctx.metadata.image.topics.values()]
+        await ctx.workers.run(check_topics_under, old, new, topics)
     except ConfigError as e:
         _fail(ErrorCode.INVALID_REQUEST, str(e))
     if not validate_only:
