@@ -205,3 +205,26 @@ def test_a_broker_change_that_would_break_a_topic_is_refused(monkeypatch):
     check_topics_under(old, new, [("a", {}), ("b", {"segment.ms": "2000"}), ("broken", {"retention.ms": "-9"})])
     with pytest.raises(ConfigError, match="topic c"):
         check_topics_under(old, new, [("a", {}), ("c", {"segment.ms": "1000"})])
+
+
+# --- the broker-wide storage settings ---------------------------------------------------------------
+
+LOG_MANAGER_KEYS = ("log.retention.check.interval.ms", "log.flush.offset.checkpoint.interval.ms",
+                    "log.flush.start.offset.checkpoint.interval.ms", "replica.high.watermark.checkpoint.interval.ms",
+                    "replica.alter.log.dirs.io.max.bytes.per.second", "alter.log.dirs.replication.quota.window.num",
+                    "alter.log.dirs.replication.quota.window.size.seconds", "log.drop.behind.bytes",
+                    *(name for name in BROKER_CONFIGS if name.startswith("log.cleaner.")))
+
+
+@pytest.mark.parametrize("name", LOG_MANAGER_KEYS)
+def test_a_broker_value_the_definitions_accept_builds_the_log_manager_config(name, tmp_path):
+    """Static or dynamic, a value BrokerConfig takes never fails the storage layer's own checks at start
+    (0 and negative checkpoint intervals mean no periodic checkpoint, as Kafka's scheduler reads them)."""
+    from odradek.server.broker import log_manager_config
+
+    for value in hostile_values(BROKER_CONFIGS[name]):
+        try:
+            config = BrokerConfig({"log.dirs": str(tmp_path), name: value})
+        except ConfigError:
+            continue
+        log_manager_config(config, LogConfig())
