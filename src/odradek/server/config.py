@@ -699,91 +699,14 @@ def validate_dynamic_update(props: Mapping[str, str], *, per_broker: bool) -> No
                                       f"must be specified: {only_per_broker}")
 
 
-# Kafka's DynamicThreadPool and the acceptor's num.network.threads: a running broker's thread count
-# changes at most by half or double at a time, and never below 1; log.cleaner.threads likewise
-# (LogCleaner.validateReconfiguration), which also keeps a request from starting 2**31 cleaner threads.
-THREAD_COUNT_KEYS = ("num.io.threads", "num.network.threads", "num.replica.fetchers",
-                     "num.recovery.threads.per.data.dir", "background.threads")
-
-
-def validate_reconfiguration(old: BrokerConfig, new: BrokerConfig) -> None:
-    """The checks Kafka makes of a dynamic change against the running values (not of stored layers
-    at start: a count doubled twice is fine). Raises ConfigError with Kafka's messages."""
-    for name in THREAD_COUNT_KEYS:
-        before, after = old.get(name), new.get(name)
-        if after == before:
-            continue
-        failed = f"Dynamic thread count update validation failed for {name}={after}"
-        if after <= 0:
-            raise ConfigError(name, after, "", message=f"{failed}, value should be at least 1")
-        if after < before // 2:
-            raise ConfigError(name, after, "", message=f"{failed}, value should be at least half the current "
-                                                       f"value {before}")
-        if after > before * 2:
-            raise ConfigError(name, after, "", message=f"{failed}, value should not be greater than double the "
-                                                       f"current value {before}")
-    _validate_cleaner_threads(old.get("log.cleaner.threads"), new.get("log.cleaner.threads"))
-
-
-def _validate_cleaner_threads(before: int, after: int) -> None:
-    """Kafka's LogCleaner.validateReconfiguration, when the count changes (Kafka checks it on a change
-    of any cleaner key, which refuses every such change on a broker started with no cleaner threads)."""
-    if after == before:
-        return
-    if after < 1:
-        raise ConfigError("log.cleaner.threads", after, "", message="Log cleaner threads should be at least 1")
-    if after < before // 2:
-        raise ConfigError("log.cleaner.threads", after, "", message="Log cleaner threads cannot be reduced to less "
-                                                                    f"than half the current value {before}")
-    if after > before * 2:
-        raise ConfigError("log.cleaner.threads", after, "", message="Log cleaner threads cannot be increased to "
-                                                                    f"more than double the current value {before}")
-
-
-def check_topics_under(old: BrokerConfig, new: BrokerConfig, topics: Iterable[tuple[str, Mapping[str, str]]]) -> None:
-    """Every topic that inherits a broker config change must still build its logs' config: raises
-    ConfigError naming the first topic that would not. Topics are told apart only by their overrides
-    of the log keys (most have none), and a topic whose stored overrides already fail under the running
-    config is skipped (it is served with those values left out)."""
-    defaults = {n: TopicConfig.resolve({}, config) for n, config in (("new", new), ("old", old))}
-    seen: set[frozenset[tuple[str, str]]] = set()
-    for name, overrides in topics:
-        own = {k: v for k, v in overrides.items() if k in _LOG_KEY_SET and v is not None}
-        key = frozenset(own.items())
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            _log_config_with(defaults["new"], own)
-        except ConfigError as e:
-            try:
-                _log_config_with(defaults["old"], own)
-            except ConfigError:
-                continue
-            raise ConfigError(e.key, e.value, e.reason,
-                              message=f"The change would leave topic {name} with a config its logs cannot "
-                                      f"take: {e.detail}") from None
-
-
-def _log_config_with(defaults: TopicConfig, overrides: Mapping[str, str]) -> LogConfig:
-    """The logs' config of a topic with these overrides of log keys over a resolved default."""
-    props = {name: value for name in LOG_CONFIG_KEYS if (value := defaults[name].value_string) is not None}
-    for name, raw in overrides.items():
-        key = TOPIC_CONFIGS[name]
-        props[name] = value_to_string(key.type, parse_value(key, raw)) or ""
-    try:
-        return LogConfig().from_properties(props)
-    except LogConfigError as e:
-        raise ConfigError(e.name, e.value, e.reason) from None
-
-
 _WARNED_MAX = 10_000
 _warned: set[tuple[str, str, str]] = set()
 
 
 def warn_ignored(key: str, value: object, entity: str, reason: str) -> None:
     """One WARNING per stored value left out (again only after 10,000 others)."""
-    shown = "[hidden]" if isinstance(value, Password) or "password" in key or "jaas" in key else value
+    known = _base_key(key) or TOPIC_CONFIGS.get(key)
+    shown = "[hidden]" if isinstance(value, Password) or (known is not None and known.sensitive) else value
     mark = (key, repr(shown), entity)
     if mark in _warned:
         return
@@ -801,8 +724,7 @@ LOG_CONFIG_KEYS = ("segment.bytes", "segment.ms", "segment.index.bytes", "index.
                    "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy",
                    "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
                    "min.cleanable.dirty.ratio")
-_LOG_KEY_SET = frozenset(LOG_CONFIG_KEYS)
-_LOG_KEYS = _LOG_KEY_SET - {"cleanup.policy"}
+_LOG_KEYS = frozenset(LOG_CONFIG_KEYS) - {"cleanup.policy"}
 
 
 class TopicConfig(Mapping[str, ConfigEntry]):
@@ -969,6 +891,6 @@ def is_valid_cluster_id(cluster_id: str) -> bool:
 __all__ = [
     "BrokerConfig", "ConfigEntry", "ConfigError", "ConfigSource", "ConfigSynonym", "ConfigType",
     "Endpoint", "TopicConfig", "is_valid_cluster_id", "load_properties", "new_cluster_id", "parse_overrides",
-    "parse_properties", "parse_value", "validate_dynamic_update", "validate_reconfiguration",
-    "validate_topic_overrides", "value_to_string", "warn_ignored", "check_topics_under", "LOG_CONFIG_KEYS",
+    "parse_properties", "parse_value", "validate_dynamic_update", "validate_topic_overrides", "value_to_string",
+    "warn_ignored", "LOG_CONFIG_KEYS",
 ]

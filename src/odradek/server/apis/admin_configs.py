@@ -38,10 +38,8 @@ from odradek.protocol.error_codes import ErrorCode, KafkaApiError
 from odradek.protocol.messages import alter_configs as ac
 from odradek.protocol.messages import describe_configs as dc
 from odradek.protocol.messages import incremental_alter_configs as iac
-from odradek.server.config import (
-    ConfigEntry, ConfigError, ConfigSource, ConfigType, TopicConfig, check_topics_under, validate_reconfiguration,
-    value_to_string,
-)
+from odradek.server.config import ConfigEntry, ConfigError, ConfigSource, ConfigType, TopicConfig, value_to_string
+from odradek.server.config_reconfigure import check_topics_under, validate_reconfiguration
 from odradek.server.config_defs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigKey
 from odradek.server.context import RequestContext
 
