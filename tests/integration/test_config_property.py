@@ -47,7 +47,7 @@ INTEGER = re.compile(r"[+-]?[0-9]+")
 DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 INVALID_CONFIG = KafkaError.INVALID_CONFIG
 INVALID_REQUEST = kerr.InvalidRequestError.errno
-NOT_A_NUMBER = ["", " ", "x", "-", "0x10", "1.5", "1e3", "9" * 30, "-" + "9" * 30, "\u00e9\u0000"]
+NOT_A_NUMBER = ["", " ", "x", "0x10", "1.5", "9" * 30, "-" + "9" * 30, "\u00e9\u0000"]
 
 # Keys whose value decides whether clients can reach the broker after the restart: after their hostile
 # values (whose answers are checked like any other) the last value set is one that keeps it reachable.
@@ -84,7 +84,7 @@ def values_for(key) -> list[str]:
         return ["", "a,b", " a , b ", "x" * 5000, "a"]
     if key.type.name in ("INT", "SHORT", "LONG"):
         low, high = accepted_range(key)
-        numbers = {low - 1, low, low + 1, high - 1, high, high + 1, -5, -2, -1, 0, 1, 4, 11, 12, 1000}
+        numbers = {low - 1, low, low + 1, high, high + 1, -5, -2, -1, 0, 1, 4, 11, 12}
         return NOT_A_NUMBER + [str(n) for n in sorted(numbers)]
     return ["", "x", "y" * 5000, "PLAINTEXT://:1", "a:b,c", "value"]
 
@@ -293,8 +293,9 @@ def test_the_issues_values_apply_and_the_broker_restarts(broker_factory):
         legacy = admin.alter_configs([ConfigResource(ResourceType.TOPIC, "issue26-ok",
                                                      set_config={"retention.bytes": "-7"})])
         next(iter(legacy.values())).result(timeout=20)
-        checked = admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, "issue26-ok", incremental_configs=[
-            ConfigEntry("segment.index.bytes", "2", incremental_operation=AlterConfigOpType.SET)])], validate_only=True)
+        entry = ConfigEntry("segment.index.bytes", "2", incremental_operation=AlterConfigOpType.SET)
+        checked = admin.incremental_alter_configs(
+            [ConfigResource(ResourceType.TOPIC, "issue26-ok", incremental_configs=[entry])], validate_only=True)
         with pytest.raises(KafkaException) as refused:
             next(iter(checked.values())).result(timeout=20)
         assert refused.value.args[0].code() == INVALID_CONFIG
