@@ -163,3 +163,46 @@ def test_the_default_broker_layer_altered_through_one_broker_reaches_every_broke
     wait_for(f"broker {b} back to the static default",
              lambda: described(kadmin, b, BROKER, str(b))["message.max.bytes"][0] == "1048588", timeout=15)
     assert produce(cluster.bootstrap, "plain", 0, b"y" * 5000) is None
+
+
+def test_a_recorded_value_that_cannot_apply_is_logged_and_defaulted_on_every_broker(cluster, kadmin):
+    """Issue 26: config nodes written by another writer (an older broker, a tool) with values no log can
+    take reach every broker through the notification: each logs a WARNING naming the key, value,
+    entity and reason, uses the default for it and applies the rest; a restart reads them again and
+    the broker starts."""
+    from odradek.cluster.config_changes import broker_entity, topic_entity, write_configs
+
+    cluster.create_topic("stored-bad", 1, 3)
+    b, a, c = roles(cluster, "stored-bad", 0)
+    store = cluster._zookeeper_store()
+    marks = [broker.log_size() for broker in cluster.brokers]
+    write_configs(store, {broker_entity(None): {"log.roll.ms": "-5", "message.max.bytes": "3000"},
+                          topic_entity("stored-bad"): {"segment.index.bytes": "2", "max.message.bytes": "2500"}})
+    try:
+        for x in range(3):
+            wait_for(f"broker {x} applying message.max.bytes=3000",
+                     lambda x=x: described(kadmin, x, BROKER, str(x))["message.max.bytes"][0] == "3000", timeout=15)
+        wait_for(f"broker {b} applying max.message.bytes=2500 to the topic",
+                 lambda: described(kadmin, b, TOPIC, "stored-bad")["max.message.bytes"][0] == "2500", timeout=15)
+        topic = described(kadmin, b, TOPIC, "stored-bad")
+        assert topic["segment.index.bytes"][0] == "10485760"
+        for x, broker in enumerate(cluster.brokers):
+            assert described(kadmin, x, BROKER, str(x))["log.roll.ms"][0] is None
+            lines = [line for line in broker.log_text(marks[x]).splitlines() if "ignoring the stored config" in line]
+            (line,) = [line for line in lines if " log.roll.ms='-5'" in line]
+            assert "WARNING" in line and "the cluster default broker" in line and "at least 1" in line
+        leader_lines = cluster.brokers[b].log_text(marks[b])
+        assert "segment.index.bytes='2' of topic stored-bad" in leader_lines
+        err = produce(cluster.bootstrap, "stored-bad", 0, b"y" * 2600)
+        assert err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE, err
+        assert produce(cluster.bootstrap, "stored-bad", 0, b"y" * 100) is None
+        # the restarted leader reads the same nodes at start
+        cluster.brokers[b].restart()
+        wait_for("every broker registered again", lambda: len(cluster.metadata().brokers) == 3)
+        wait_for(f"broker {b} describing the topic again",
+                 lambda: described(kadmin, b, TOPIC, "stored-bad")["max.message.bytes"][0] == "2500", timeout=30)
+    finally:
+        write_configs(store, {broker_entity(None): {}, topic_entity("stored-bad"): {}})
+    for x in range(3):
+        wait_for(f"broker {x} back to message.max.bytes 1048588",
+                 lambda x=x: described(kadmin, x, BROKER, str(x))["message.max.bytes"][0] == "1048588", timeout=15)

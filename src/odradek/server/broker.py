@@ -50,7 +50,7 @@ from odradek.server.partition import PartitionLog
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.workers import WorkerPool
 from odradek.server.zk_cluster import ZkCluster
-from odradek.storage.config import LogConfig, LogManagerConfig
+from odradek.storage.config import LONG_MAX, LogConfig, LogManagerConfig
 from odradek.storage.manager import LogManager
 from odradek.storage.page_cache import resolve_keep_bytes
 
@@ -249,20 +249,7 @@ class Broker:
         return max(limit, self.config.get("socket.request.max.bytes"))
 
     def _log_manager_config(self) -> LogManagerConfig:
-        c = self.config
-        return LogManagerConfig(
-            log_dirs=tuple(c.log_dirs),
-            retention_check_interval_ms=c.get("log.retention.check.interval.ms"),
-            recovery_point_checkpoint_interval_ms=c.get("log.flush.offset.checkpoint.interval.ms"),
-            log_start_offset_checkpoint_interval_ms=c.get("log.flush.start.offset.checkpoint.interval.ms"),
-            high_watermark_checkpoint_interval_ms=c.get("replica.high.watermark.checkpoint.interval.ms"),
-            log_defaults=self.log_config_for(None),
-            cleaner=cleaner_config(c),
-            move_max_bytes_per_second=c.get("replica.alter.log.dirs.io.max.bytes.per.second"),
-            move_quota_window_num=c.get("alter.log.dirs.replication.quota.window.num"),
-            move_quota_window_size_seconds=c.get("alter.log.dirs.replication.quota.window.size.seconds"),
-            drop_behind_bytes=resolve_keep_bytes(c.get("log.drop.behind.bytes")),
-        )
+        return log_manager_config(self.config, self.log_config_for(None))
 
     def _advertised(self, ep: Endpoint) -> tuple[str, int]:
         for a in self.config.advertised_listeners:
@@ -277,7 +264,7 @@ class Broker:
     def _new_log_config(self, topic: str) -> LogConfig:
         """A new log's config: its topic as the controller has it (the image may not show it yet)."""
         info = self.controller.controller.image.get(topic) if self.controller is not None else None
-        return log_config(TopicConfig.resolve(info.configs, self.config)) if info is not None \
+        return log_config(TopicConfig.resolve_stored(info.configs, self.config, topic)) if info is not None \
             else self.log_config_for(topic)
 
     async def aclose(self) -> None:
@@ -310,6 +297,29 @@ class Broker:
                 logs.run_periodic(self.clock())
             except Exception:
                 log.exception("periodic log maintenance failed")
+
+
+def log_manager_config(c: BrokerConfig, log_defaults: LogConfig) -> LogManagerConfig:
+    """The log manager's config from the broker's: any value the definitions accept builds one."""
+    return LogManagerConfig(
+        log_dirs=tuple(c.log_dirs),
+        retention_check_interval_ms=c.get("log.retention.check.interval.ms"),
+        recovery_point_checkpoint_interval_ms=_period_ms(c.get("log.flush.offset.checkpoint.interval.ms")),
+        log_start_offset_checkpoint_interval_ms=_period_ms(c.get("log.flush.start.offset.checkpoint.interval.ms")),
+        high_watermark_checkpoint_interval_ms=_period_ms(c.get("replica.high.watermark.checkpoint.interval.ms")),
+        log_defaults=log_defaults,
+        cleaner=cleaner_config(c),
+        move_max_bytes_per_second=c.get("replica.alter.log.dirs.io.max.bytes.per.second"),
+        move_quota_window_num=c.get("alter.log.dirs.replication.quota.window.num"),
+        move_quota_window_size_seconds=c.get("alter.log.dirs.replication.quota.window.size.seconds"),
+        drop_behind_bytes=resolve_keep_bytes(c.get("log.drop.behind.bytes")),
+    )
+
+
+def _period_ms(value: int) -> int:
+    """A checkpoint interval as Kafka's scheduler reads it: 0 or less (which the definitions allow) is no
+    periodic run; the checkpoints are still written at shutdown."""
+    return value if value > 0 else LONG_MAX
 
 
 def _cluster_id(store: MetadataStore) -> str:

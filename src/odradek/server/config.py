@@ -16,6 +16,14 @@ A topic's value is its override (TOPIC_CONFIG) if set, else the broker's value o
 (`retention.ms` <- `log.retention.*`), else the topic default. DescribeConfigs reports each value with
 its source and its synonyms, ordered by source and then by synonym precedence, as Kafka does.
 
+Every value that can be set can be applied (issue 26): a topic's resolved config builds its storage
+`LogConfig` (`TopicConfig.log_config`), and a broker config checks the value each synonym gives its
+topic key against that key's definition, so an admin request answers INVALID_CONFIG (INVALID_REQUEST
+for a broker resource, as Kafka) before anything is stored. What is already stored is read leniently
+(`BrokerConfig.with_stored_dynamic`, `TopicConfig.resolve_stored`): a value that cannot be applied is
+logged once, with its key, value, entity and reason, and its default used, so a broker never fails to
+start over a stored config.
+
 One deliberate difference from Kafka: describing a topic config whose broker value comes from a
 secondary synonym (retention.ms with only `log.retention.hours` set) reports that synonym and its real
 source. Kafka drops every synonym before the primary name there and reports DEFAULT_CONFIG with no
@@ -25,6 +33,7 @@ synonyms even when `log.retention.hours` was set in server.properties.
 from __future__ import annotations
 
 import base64
+import logging
 import math
 import re
 import uuid
@@ -61,6 +70,9 @@ from odradek.server.config_defs import (
     parse_listeners,
     parse_protocol_map,
 )
+from odradek.storage.config import LogConfig, LogConfigError, check_log_value
+
+log = logging.getLogger("odradek.config")
 
 
 class ConfigError(KafkaApiError):
@@ -329,6 +341,31 @@ class BrokerConfig:
             dynamic_default=self.dynamic_default if dynamic_default is None else dynamic_default,
             dynamic_broker=self.dynamic_broker if dynamic_broker is None else dynamic_broker)
 
+    def with_stored_dynamic(self, *, dynamic_default: Mapping[str, str] | None = None,
+                            dynamic_broker: Mapping[str, str] | None = None) -> BrokerConfig:
+        """`with_dynamic` for layers read from the store (at start, or from a change notification):
+        a value that cannot be applied is logged and left out, its default used, instead of failing."""
+        layers = {"dynamic_broker": None if dynamic_broker is None else dict(dynamic_broker),
+                  "dynamic_default": None if dynamic_default is None else dict(dynamic_default)}
+        entities = {"dynamic_broker": f"broker {self.broker_id}", "dynamic_default": "the cluster default broker"}
+        for _ in range(sum(len(layer or ()) for layer in layers.values()) + 1):
+            try:
+                return self.with_dynamic(**layers)
+            except ConfigError as e:
+                # the per-broker layer wins over the default, so a key set in both is its
+                found = next((n for n in layers if (layer := layers[n]) is not None and e.key in layer), None)
+                if found is None:
+                    break
+                layer = layers[found]
+                assert layer is not None
+                warn_ignored(e.key, layer.pop(e.key), entities[found], e.detail)
+        # not one stored key but their combination with the static config: the stored layers go
+        for name, layer in layers.items():
+            if layer:
+                warn_ignored(",".join(sorted(layer)), "...", entities[name],
+                             "together they cannot be applied with this broker's static config")
+        return self
+
     # -- access
 
     def get(self, name: str) -> Any:
@@ -483,16 +520,32 @@ class BrokerConfig:
             raise ConfigError("broker.id", broker_id, "must be greater than or equal to 0")
         retention = self.log_retention_ms
         if not (retention >= 1 or retention == -1):
-            raise ConfigError("log.retention.ms", retention, "must be unlimited (-1) or at least 1")
-        if self.log_roll_ms < 1:
-            raise ConfigError("log.roll.ms", self.log_roll_ms, "must be greater than or equal to 1")
-        if self.log_roll_jitter_ms < 0:
-            raise ConfigError("log.roll.jitter.ms", self.log_roll_jitter_ms, "must be at least 0")
+            name = self._set_member(TOPIC_CONFIG_SYNONYMS["retention.ms"])
+            raise ConfigError(name, self.merged.get(name, retention), "must be unlimited (-1) or at least 1")
+        self._validate_topic_defaults()
         if not self.log_dirs:
             raise ConfigError("log.dirs", values["log.dirs"],
                               "At least one log directory must be defined via log.dirs or log.dir.")
         self._validate_limits(values)
         self._validate_listeners()
+
+    def _set_member(self, synonyms: tuple[Synonym, ...]) -> str:
+        """The member of a synonym group whose value is in effect (the first one set, else the primary)."""
+        return next((s.name for s in synonyms if s.name in self.merged), synonyms[0].name)
+
+    def _validate_topic_defaults(self) -> None:
+        """The value each broker key gives a topic key must be one the topic key (and so a log) takes:
+        `log.roll.ms`, `log.flush.interval.ms` and others have no range of their own (as in Kafka,
+        where a bad one stops the broker at its next start)."""
+        for topic, synonyms in TOPIC_CONFIG_SYNONYMS.items():
+            value = self.get(synonyms[0].name)
+            key = TOPIC_CONFIGS[topic]
+            reason = key.validator.check(value) if key.validator is not None else None
+            if reason is None and topic in _LOG_KEYS:
+                reason = check_log_value(topic, value)
+            if reason is not None:
+                name = self._set_member(synonyms)
+                raise ConfigError(name, self.merged.get(name, value), f"{reason} (as {topic})")
 
     def _validate_limits(self, values: dict[str, Any]) -> None:
         wait = values["replica.fetch.wait.max.ms"]
@@ -553,8 +606,32 @@ def validate_dynamic_update(props: Mapping[str, str], *, per_broker: bool) -> No
                                       f"must be specified: {only_per_broker}")
 
 
+_WARNED_MAX = 10_000
+_warned: set[tuple[str, str, str]] = set()
+
+
+def warn_ignored(key: str, value: object, entity: str, reason: str) -> None:
+    """One WARNING per stored value left out (again only after 10,000 others)."""
+    known = _base_key(key) or TOPIC_CONFIGS.get(key)
+    shown = "[hidden]" if isinstance(value, Password) or (known is not None and known.sensitive) else value
+    mark = (key, repr(shown), entity)
+    if mark in _warned:
+        return
+    if len(_warned) >= _WARNED_MAX:
+        _warned.clear()
+    _warned.add(mark)
+    log.warning("ignoring the stored config %s=%r of %s: %s; its default applies", key, shown, entity, reason)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Topic
+
+# The topic keys a partition log obeys, handed to the storage layer's LogConfig by name.
+LOG_CONFIG_KEYS = ("segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
+                   "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy",
+                   "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
+                   "min.cleanable.dirty.ratio")
+_LOG_KEYS = frozenset(LOG_CONFIG_KEYS) - {"cleanup.policy"}
 
 
 class TopicConfig(Mapping[str, ConfigEntry]):
@@ -562,10 +639,16 @@ class TopicConfig(Mapping[str, ConfigEntry]):
 
     def __init__(self, entries: Mapping[str, ConfigEntry]) -> None:
         self._entries = dict(entries)
+        props = {name: value for name in LOG_CONFIG_KEYS if (value := entries[name].value_string) is not None}
+        try:
+            self.log_config = LogConfig().from_properties(props)
+        except LogConfigError as e:
+            raise ConfigError(e.name, e.value, e.reason) from None
 
     @classmethod
     def resolve(cls, overrides: Mapping[str, str | None], broker: BrokerConfig) -> TopicConfig:
-        """Effective values, sources and synonyms; the overrides are validated first (ConfigError)."""
+        """Effective values, sources and synonyms, and the config of the topic's logs; the overrides are
+        validated first. Raises ConfigError for anything that could not be applied."""
         typed = validate_topic_overrides(overrides)
         layers = broker.layers()
         entries: dict[str, ConfigEntry] = {}
@@ -582,6 +665,20 @@ class TopicConfig(Mapping[str, ConfigEntry]):
                                         read_only=False, sensitive=key.sensitive, type=key.type,
                                         documentation=key.doc)
         return cls(entries)
+
+    @classmethod
+    def resolve_stored(cls, overrides: Mapping[str, str | None], broker: BrokerConfig, topic: str) -> TopicConfig:
+        """`resolve` for overrides read from the store: one that cannot be applied is logged and left
+        out (the broker's value or the default applies) instead of failing."""
+        kept = dict(overrides)
+        for _ in range(len(kept)):
+            try:
+                return cls.resolve(kept, broker)
+            except ConfigError as e:
+                if e.key not in kept:
+                    raise
+                warn_ignored(e.key, kept.pop(e.key), f"topic {topic}", e.detail)
+        return cls.resolve(kept, broker)
 
     def __getitem__(self, name: str) -> ConfigEntry:
         return self._entries[name]
@@ -701,6 +798,6 @@ def is_valid_cluster_id(cluster_id: str) -> bool:
 __all__ = [
     "BrokerConfig", "ConfigEntry", "ConfigError", "ConfigSource", "ConfigSynonym", "ConfigType",
     "Endpoint", "TopicConfig", "is_valid_cluster_id", "load_properties", "new_cluster_id", "parse_overrides",
-    "parse_properties", "parse_value", "validate_dynamic_update", "validate_topic_overrides",
-    "value_to_string",
+    "parse_properties", "parse_value", "validate_dynamic_update", "validate_topic_overrides", "value_to_string",
+    "warn_ignored", "LOG_CONFIG_KEYS",
 ]

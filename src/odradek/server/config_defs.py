@@ -13,6 +13,11 @@ precedence order (`retention.ms` <- `log.retention.ms`, `log.retention.minutes`,
 
 No logic lives here beyond the small validators and the two listener-format parsers; resolution and
 precedence are in `odradek.server.config`.
+
+The topic keys a partition log obeys take their ranges from the storage layer's
+`odradek.storage.config.LOG_CONFIG_BOUNDS` (Kafka's LogConfig definitions), and a check at import
+proves that no definition here accepts a value the storage layer refuses: a config the admin APIs
+accept can always be applied, at once and after a restart (issue 26).
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from odradek.storage.config import CLEANUP_POLICIES as LOG_CLEANUP_POLICIES
+from odradek.storage.config import LOG_CONFIG_BOUNDS
 
 INT_MIN = -(2**31)
 INT_MAX = 2**31 - 1
@@ -278,7 +286,18 @@ THROTTLED_REPLICAS = Predicate(_check_throttled_replicas, "[partitionId]:[broker
 GZIP_LEVEL = Predicate(_check_gzip_level, "[-1, 1,...,9]")
 COMPRESSION_TYPES = OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"))
 TIMESTAMP_TYPES = OneOf(("CreateTime", "LogAppendTime"))
-CLEANUP_POLICIES = ListOf(("compact", "delete"))
+CLEANUP_POLICIES = ListOf(LOG_CLEANUP_POLICIES)
+
+
+def log_range(name: str) -> Validator | None:
+    """The validator of a topic-level log key: the storage layer's range, as Kafka's ConfigDef states it
+    (none when the range is the whole of the type's, as for `retention.bytes`)."""
+    low, high = LOG_CONFIG_BOUNDS[name]
+    if isinstance(low, float):
+        return Between(low, high)
+    if low <= LONG_MIN:
+        return None
+    return AtLeast(low) if high >= INT_MAX else Between(low, high)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -487,7 +506,9 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     K("replica.fetch.min.bytes", INT, 1, HIGH, None, "Follower fetch min bytes."),
     K("replica.fetch.backoff.ms", INT, 1000, MEDIUM, AtLeast(0), "Follower sleep after a fetch error."),
     K("replica.fetch.response.max.bytes", INT, 10485760, MEDIUM, AtLeast(0), "Bytes per follower fetch."),
-    K("num.replica.fetchers", INT, 1, HIGH, None, "Fetcher tasks per source broker.", dynamic=True),
+    # Kafka's ConfigDef has no validator here, but its DynamicThreadPool refuses a count below 1 and a
+    # fetcher manager with none divides by zero: odradek refuses it everywhere.
+    K("num.replica.fetchers", INT, 1, HIGH, AtLeast(1), "Fetcher tasks per source broker.", dynamic=True),
     K("replica.high.watermark.checkpoint.interval.ms", LONG, 5000, HIGH, None, "High watermark checkpoints."),
     K("fetch.purgatory.purge.interval.requests", INT, 1000, MEDIUM, None, "Fetch purgatory purge interval."),
     K("producer.purgatory.purge.interval.requests", INT, 1000, MEDIUM, None, "Produce purgatory purge "
@@ -641,18 +662,21 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = _defs(
     K("compression.gzip.level", INT, -1, MEDIUM, GZIP_LEVEL, "gzip level when the broker compresses."),
     K("compression.lz4.level", INT, 9, MEDIUM, Between(1, 17), "lz4 level when the broker compresses."),
     K("compression.zstd.level", INT, 3, MEDIUM, Between(-131072, 22), "zstd level when the broker compresses."),
-    K("delete.retention.ms", LONG, 86400000, MEDIUM, AtLeast(0), "Keep tombstones this long."),
-    K("file.delete.delay.ms", LONG, 60000, MEDIUM, AtLeast(0), "Wait before deleting a segment file."),
-    K("flush.messages", LONG, LONG_MAX, MEDIUM, AtLeast(1), "fsync after this many messages."),
-    K("flush.ms", LONG, LONG_MAX, MEDIUM, AtLeast(0), "fsync data this old."),
+    K("delete.retention.ms", LONG, 86400000, MEDIUM, log_range("delete.retention.ms"), "Keep tombstones this long."),
+    K("file.delete.delay.ms", LONG, 60000, MEDIUM, log_range("file.delete.delay.ms"),
+      "Wait before deleting a segment file."),
+    K("flush.messages", LONG, LONG_MAX, MEDIUM, log_range("flush.messages"), "fsync after this many messages."),
+    K("flush.ms", LONG, LONG_MAX, MEDIUM, log_range("flush.ms"), "fsync data this old."),
     K("follower.replication.throttled.replicas", LIST, (), MEDIUM, THROTTLED_REPLICAS,
       "Replicas throttled on the follower side."),
-    K("index.interval.bytes", INT, 4096, MEDIUM, AtLeast(0), "Bytes between offset index entries."),
+    K("index.interval.bytes", INT, 4096, MEDIUM, log_range("index.interval.bytes"),
+      "Bytes between offset index entries."),
     K("leader.replication.throttled.replicas", LIST, (), MEDIUM, THROTTLED_REPLICAS,
       "Replicas throttled on the leader side."),
     K("local.retention.bytes", LONG, -2, MEDIUM, AtLeast(-2), "Tiered storage local size."),
     K("local.retention.ms", LONG, -2, MEDIUM, AtLeast(-2), "Tiered storage local retention."),
-    K("max.compaction.lag.ms", LONG, LONG_MAX, MEDIUM, AtLeast(1), "Records stay uncompacted at most this long."),
+    K("max.compaction.lag.ms", LONG, LONG_MAX, MEDIUM, log_range("max.compaction.lag.ms"),
+      "Records stay uncompacted at most this long."),
     K("max.message.bytes", INT, 1048588, MEDIUM, AtLeast(0), "Largest record batch accepted."),
     K("message.downconversion.enable", BOOLEAN, True, LOW, None, "Convert formats for old consumers.",
       removed_in="4.0"),
@@ -665,19 +689,22 @@ TOPIC_CONFIGS: dict[str, ConfigKey] = _defs(
     K("message.timestamp.difference.max.ms", LONG, LONG_MAX, MEDIUM, AtLeast(0),
       "Old form of the before/after bounds.", removed_in="4.0"),
     K("message.timestamp.type", STRING, "CreateTime", MEDIUM, TIMESTAMP_TYPES, "Timestamp stored."),
-    K("min.cleanable.dirty.ratio", DOUBLE, 0.5, MEDIUM, Between(0, 1), "Dirty ratio that triggers cleaning."),
-    K("min.compaction.lag.ms", LONG, 0, MEDIUM, AtLeast(0), "Records stay uncompacted this long."),
+    K("min.cleanable.dirty.ratio", DOUBLE, 0.5, MEDIUM, log_range("min.cleanable.dirty.ratio"),
+      "Dirty ratio that triggers cleaning."),
+    K("min.compaction.lag.ms", LONG, 0, MEDIUM, log_range("min.compaction.lag.ms"),
+      "Records stay uncompacted this long."),
     K("min.insync.replicas", INT, 1, MEDIUM, AtLeast(1), "ISR size an acks=all write needs."),
     K("preallocate", BOOLEAN, False, MEDIUM, None, "Preallocate segment files."),
     K("remote.log.copy.disable", BOOLEAN, False, MEDIUM, None, "Tiered storage: stop copying."),
     K("remote.log.delete.on.disable", BOOLEAN, False, MEDIUM, None, "Tiered storage: delete on disable."),
     K("remote.storage.enable", BOOLEAN, False, MEDIUM, None, "Tiered storage; not supported by odradek."),
-    K("retention.bytes", LONG, -1, MEDIUM, None, "Partition size before old segments go; -1: no limit."),
-    K("retention.ms", LONG, 604800000, MEDIUM, AtLeast(-1), "Keep data this long; -1 forever."),
+    K("retention.bytes", LONG, -1, MEDIUM, log_range("retention.bytes"),
+      "Partition size before old segments go; any negative value: no limit."),
+    K("retention.ms", LONG, 604800000, MEDIUM, log_range("retention.ms"), "Keep data this long; -1 forever."),
     K("segment.bytes", INT, 1073741824, MEDIUM, AtLeast(1048576), "Segment size."),
-    K("segment.index.bytes", INT, 10485760, MEDIUM, AtLeast(4), "Offset index size."),
+    K("segment.index.bytes", INT, 10485760, MEDIUM, log_range("segment.index.bytes"), "Offset index size."),
     K("segment.jitter.ms", LONG, 0, MEDIUM, AtLeast(0), "Jitter subtracted from the roll time."),
-    K("segment.ms", LONG, 604800000, MEDIUM, AtLeast(1), "Roll a segment this old."),
+    K("segment.ms", LONG, 604800000, MEDIUM, log_range("segment.ms"), "Roll a segment this old."),
     K("unclean.leader.election.enable", BOOLEAN, False, MEDIUM, None, "Allow out-of-sync leaders."),
 )
 
@@ -789,3 +816,27 @@ for _topic, _synonyms in TOPIC_CONFIG_SYNONYMS.items():
     assert _topic in TOPIC_CONFIGS, _topic
     for _synonym in _synonyms:
         assert _synonym.name in BROKER_CONFIGS, _synonym.name
+
+
+def accepted_range(key: ConfigKey) -> tuple[float, float]:
+    """The least and greatest numbers a numeric key accepts: its type's range narrowed by its validator."""
+    low, high = {INT: (INT_MIN, INT_MAX), SHORT: (SHORT_MIN, SHORT_MAX), LONG: (LONG_MIN, LONG_MAX),
+                 DOUBLE: (-DOUBLE_MAX, DOUBLE_MAX)}[key.type]
+    if isinstance(key.validator, (AtLeast, Between)):
+        low = max(low, key.validator.minimum)
+    if isinstance(key.validator, Between):
+        high = min(high, key.validator.maximum)
+    return low, high
+
+
+# Whatever a definition accepts, the storage layer accepts: the topic keys and the broker keys that
+# give their defaults (a synonym without a range of its own is checked through its topic key).
+for _topic, (_low, _high) in LOG_CONFIG_BOUNDS.items():
+    _least, _most = accepted_range(TOPIC_CONFIGS[_topic])
+    assert _low <= _least and _most <= _high, (_topic, _least, _most)
+    for _synonym in TOPIC_CONFIG_SYNONYMS.get(_topic, ()):
+        _key = BROKER_CONFIGS[_synonym.name]
+        if _key.validator is not None:
+            _least, _most = accepted_range(_key)
+            assert _low <= _least * _synonym.factor and _most * _synonym.factor <= _high, (_synonym.name,)
+assert set(CLEANUP_POLICIES.choices) == set(LOG_CLEANUP_POLICIES)

@@ -308,7 +308,7 @@ class EmbeddedController:
 
     # ---- steps run in slices (`run_sliced`) or at once (`run_now`): each yields after every partition
     def _create_logs(self, info: TopicInfo, created: list[tuple[str, int]]) -> Iterator[None]:
-        config = log_config(TopicConfig.resolve(info.configs, self.config))
+        config = log_config(TopicConfig.resolve_stored(info.configs, self.config, info.name))
         now = self.clock()
         for p, st in info.partitions.items():
             if self.broker_id in st.replicas and self.logs.get_log(info.name, p) is None:
@@ -414,8 +414,9 @@ class EmbeddedController:
 
     def apply_dynamic_broker_configs(self, per_broker: dict[str, str] | None, default: dict[str, str] | None) -> None:
         """Recorded dynamic layers (None: unchanged) in the image, the logs, the cleaner and the throttle
-        of replica moves between log dirs. Raises ConfigError if they are not allowed."""
-        new = self.config.with_dynamic(dynamic_broker=per_broker, dynamic_default=default)
+        of replica moves between log dirs. A recorded value that cannot be applied (one a change
+        notification brings from a broker that did not check it) is logged and its default used."""
+        new = self.config.with_stored_dynamic(dynamic_broker=per_broker, dynamic_default=default)
         self.metadata.update(self.metadata.image.with_config(new))
         self.reconfigure_logs(None)
         self.logs.update_cleaner_config(cleaner_config(new))
@@ -423,19 +424,14 @@ class EmbeddedController:
 
     @staticmethod
     def load_dynamic_broker_configs(store: MetadataStore, broker_id: int, config: BrokerConfig) -> BrokerConfig:
-        """The static config with the stored dynamic layers over it (as they were at start)."""
+        """The static config with the stored dynamic layers over it (as they were at start); a stored
+        value that cannot be applied is logged and its default used: a broker always starts."""
         layers = {}
         for key, entity in (("dynamic_broker", str(broker_id)), ("dynamic_default", "<default>")):
             path = f"{DYNAMIC_BROKER_CONFIG_PATH}/{entity}"
             if store.exists(path):
                 layers[key] = store.get(path)[0].get("config", {})
-        if not layers:
-            return config
-        try:
-            return config.with_dynamic(**layers)
-        except ConfigError as e:
-            log.error("ignoring the stored dynamic broker configs: %s", e)
-            return config
+        return config.with_stored_dynamic(**layers) if layers else config
 
     def reconfigure_logs(self, topic: str | None) -> None:
         for part in self.replica_manager.partitions():
@@ -443,16 +439,10 @@ class EmbeddedController:
                 part.log.update_config(log_config(self.metadata.topic_config(part.topic)))
 
 
-LOG_CONFIG_KEYS = ("segment.bytes", "segment.ms", "segment.index.bytes", "index.interval.bytes", "retention.ms",
-                   "retention.bytes", "flush.messages", "flush.ms", "file.delete.delay.ms", "cleanup.policy",
-                   "delete.retention.ms", "min.compaction.lag.ms", "max.compaction.lag.ms",
-                   "min.cleanable.dirty.ratio")
-
-
 def log_config(tc: TopicConfig) -> LogConfig:
-    """The storage layer's config of a topic's logs, from its effective topic config."""
-    props = {name: value for name in LOG_CONFIG_KEYS if (value := tc[name].value_string) is not None}
-    return LogConfig().from_properties(props)
+    """The storage layer's config of a topic's logs, from its effective topic config (built, and so
+    checked, when the topic config was resolved)."""
+    return tc.log_config
 
 
 def cleaner_config(c: BrokerConfig) -> CleanerConfig:

@@ -129,12 +129,12 @@ class MetadataImage:
 
     def topic_config(self, name: str | None) -> TopicConfig:
         """The topic's effective config: its overrides over this broker's config (the broker's alone
-        for a topic that does not exist)."""
+        for a topic that does not exist); a stored override that cannot be applied is logged and left out."""
         key = name or ""
         tc = self._topic_configs.get(key)
         if tc is None:
             info = self.topic(name)
-            tc = TopicConfig.resolve(info.configs if info is not None else {}, self.config)
+            tc = TopicConfig.resolve_stored(info.configs if info is not None else {}, self.config, key)
             self._topic_configs[key] = tc
         return tc
 

@@ -7,6 +7,13 @@ topic-level names (`segment.bytes`, `retention.ms`, `min.cleanable.dirty.ratio`,
 log dirs. Broker keys, their synonyms and
 precedence (`log.retention.hours` and friends) belong to `odradek.server.config`, which resolves a
 topic's effective values and hands them here by their topic-level names.
+
+`LOG_CONFIG_BOUNDS` is the one statement of what a log accepts: Kafka's range of each topic-level key
+(its type's range narrowed by its LogConfig validator). The server's config definitions take their
+validators of these keys from it, and check at import that they accept nothing it refuses, so a value
+AlterConfigs or CreateTopics accepts always builds a `LogConfig`. Kafka's meanings hold at the
+boundaries: any negative `retention.bytes` is no size limit, `retention.ms` -1 no time limit, and a
+`segment.index.bytes` below one entry still holds one entry (the segment rolls when it is full).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 MIN_DEDUPE_BUFFER_SIZE = 64 * 1024  # room for a few hundred keys: a cleaning pass must make progress
@@ -36,6 +44,55 @@ _TOPIC_KEYS = {
 }
 _TOPIC_FLOAT_KEYS = {"min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio"}
 
+# Topic-level name -> (least, greatest) value a log accepts: Kafka's LogConfig definitions.
+LOG_CONFIG_BOUNDS: dict[str, tuple[int | float, int | float]] = {
+    # Kafka's topic minimum is 1 MiB (4.0); a log itself needs room for one batch header, and int32
+    # positions in .index entries keep a segment below 2 GiB.
+    "segment.bytes": (14, INT_MAX),
+    "segment.ms": (1, LONG_MAX),
+    "segment.index.bytes": (4, INT_MAX),           # below 12 (a time index entry): one entry
+    "index.interval.bytes": (0, INT_MAX),
+    "retention.ms": (-1, LONG_MAX),                # -1: no time limit
+    "retention.bytes": (LONG_MIN, LONG_MAX),       # any negative: no size limit (Kafka: no validator)
+    "flush.messages": (1, LONG_MAX),
+    "flush.ms": (0, LONG_MAX),
+    "file.delete.delay.ms": (0, LONG_MAX),
+    "delete.retention.ms": (0, LONG_MAX),
+    "min.compaction.lag.ms": (0, LONG_MAX),
+    "max.compaction.lag.ms": (1, LONG_MAX),
+    "min.cleanable.dirty.ratio": (0.0, 1.0),
+}
+CLEANUP_POLICIES = ("compact", "delete")
+_FIELDS = {**_TOPIC_KEYS, **_TOPIC_FLOAT_KEYS}
+assert set(_FIELDS) == set(LOG_CONFIG_BOUNDS)
+
+
+class LogConfigError(ValueError):
+    """A value a log cannot take, by its topic-level name."""
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        self.name = name
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid value {value!r} for {name}: {reason}")
+
+
+def check_log_value(name: str, value: object) -> str | None:
+    """Why a log cannot take `value` for the topic-level key `name`, or None when it can."""
+    if name == "cleanup.policy":
+        bad = [p for p in value if p not in CLEANUP_POLICIES] if isinstance(value, tuple) else [value]
+        return f"String must be one of: {', '.join(CLEANUP_POLICIES)}" if bad else None
+    low, high = LOG_CONFIG_BOUNDS[name]
+    number = (int, float) if isinstance(low, float) else int
+    if not isinstance(value, number) or isinstance(value, bool) or value != value:
+        return "Not a number" if isinstance(low, float) else "Not an integer"
+    if value < low:
+        return f"Value must be at least {low}"
+    if value > high:
+        return f"Value must be no more than {high}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     segment_bytes: int = 1024 * 1024 * 1024
@@ -54,23 +111,14 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
 
     def __post_init__(self) -> None:
-        # Positions in .index entries are int32, so a segment must stay below 2 GiB.
-        _check(14 <= self.segment_bytes <= INT_MAX, "segment.bytes", self.segment_bytes)
-        _check(self.segment_ms >= 1, "segment.ms", self.segment_ms)
-        _check(self.segment_index_bytes >= 12, "segment.index.bytes", self.segment_index_bytes)
-        _check(self.index_interval_bytes >= 0, "index.interval.bytes", self.index_interval_bytes)
-        _check(self.retention_ms >= -1, "retention.ms", self.retention_ms)
-        _check(self.retention_bytes >= -1, "retention.bytes", self.retention_bytes)
-        _check(self.flush_messages >= 1, "flush.messages", self.flush_messages)
-        _check(self.flush_ms >= 0, "flush.ms", self.flush_ms)
-        _check(self.file_delete_delay_ms >= 0, "file.delete.delay.ms", self.file_delete_delay_ms)
-        for policy in self.cleanup_policy:
-            _check(policy in ("delete", "compact"), "cleanup.policy", self.cleanup_policy)
-        _check(self.delete_retention_ms >= 0, "delete.retention.ms", self.delete_retention_ms)
-        _check(self.min_compaction_lag_ms >= 0, "min.compaction.lag.ms", self.min_compaction_lag_ms)
-        _check(self.max_compaction_lag_ms >= 1, "max.compaction.lag.ms", self.max_compaction_lag_ms)
-        _check(0 <= self.min_cleanable_dirty_ratio <= 1, "min.cleanable.dirty.ratio",
-               self.min_cleanable_dirty_ratio)
+        for key, name in _FIELDS.items():
+            value = getattr(self, name)
+            reason = check_log_value(key, value)
+            if reason is not None:
+                raise LogConfigError(key, value, reason)
+        reason = check_log_value("cleanup.policy", self.cleanup_policy)
+        if reason is not None:
+            raise LogConfigError("cleanup.policy", ",".join(self.cleanup_policy), reason)
 
     @property
     def deletes_by_retention(self) -> bool:
@@ -90,14 +138,16 @@ class LogConfig:
         return self.segment_ms
 
     def from_properties(self, props: Mapping[str, str]) -> LogConfig:
-        """This config overridden by topic-level properties (`segment.bytes`, `retention.ms`, ...)."""
+        """This config overridden by topic-level properties (`segment.bytes`, `retention.ms`, ...).
+        Raises LogConfigError, naming the key, for a value a log cannot take."""
         changes: dict[str, Any] = {}
-        for key, name in _TOPIC_KEYS.items():
-            if key in props:
-                changes[name] = int(props[key])
-        for key, name in _TOPIC_FLOAT_KEYS.items():
-            if key in props:
-                changes[name] = float(props[key])
+        for keys, kind in ((_TOPIC_KEYS, int), (_TOPIC_FLOAT_KEYS, float)):
+            for key, name in keys.items():
+                if key in props:
+                    try:
+                        changes[name] = kind(props[key])
+                    except ValueError:
+                        raise LogConfigError(key, props[key], f"Not a number of type {kind.__name__}") from None
         if "cleanup.policy" in props:
             changes["cleanup_policy"] = _policy(props["cleanup.policy"])
         return replace(self, **changes)

@@ -1,6 +1,6 @@
 import pytest
 
-from odradek.storage.config import LONG_MAX, LogConfig, LogManagerConfig
+from odradek.storage.config import _FIELDS, LOG_CONFIG_BOUNDS, LONG_MAX, LogConfig, LogConfigError, LogManagerConfig
 
 
 def test_kafka_defaults():
@@ -26,3 +26,39 @@ def test_topic_overrides():
 def test_invalid_values(bad):
     with pytest.raises(ValueError):
         LogConfig(**bad)
+
+
+def test_kafka_boundaries_are_accepted_with_kafka_meaning(tmp_path):
+    """Any negative retention.bytes is no size limit, and an index of 4 bytes (less than one time index
+    entry) still holds one entry: the segment rolls at every indexed append (issue 26)."""
+    from odradek.storage.retention import deletable_segment_count
+    from tests.unit.storage.logutil import offsets, open_log, produce, read_all
+
+    log = open_log(tmp_path, name="t-0", retention_ms=-1, retention_bytes=-5, segment_index_bytes=4,
+                   index_interval_bytes=0)
+    produce(log, 20, size=150)
+    log.update_high_watermark(log.log_end_offset)
+    assert len(log.segments) >= 10           # full indexes rolled the segments
+    assert deletable_segment_count(log, 0) == 0
+    assert offsets(read_all(log)) == list(range(20))
+
+
+@pytest.mark.parametrize("name", sorted(LOG_CONFIG_BOUNDS))
+def test_every_bound_is_inclusive_and_named(name):
+    low, high = LOG_CONFIG_BOUNDS[name]
+    field = dict(_FIELDS)[name]
+    for ok in (low, high):
+        assert getattr(LogConfig(**{field: ok}), field) == ok
+    step = 0.001 if isinstance(low, float) else 1
+    for bad in (low - step, high + step):
+        if isinstance(low, int) and not (-(2**63) <= bad < 2**63):
+            continue
+        with pytest.raises(LogConfigError) as e:
+            LogConfig(**{field: bad})
+        assert e.value.name == name and e.value.value == bad
+
+
+def test_from_properties_names_a_key_that_is_not_a_number():
+    with pytest.raises(LogConfigError) as e:
+        LogConfig().from_properties({"retention.bytes": "lots"})
+    assert e.value.name == "retention.bytes"
