@@ -249,7 +249,8 @@ def test_joins_waiting_for_a_slow_member_are_parked(broker, before):
             resp = SyncGroupResponse.decode(frame, version=2, header=True)
             assert resp.header.correlation_id == followers[s][0]
             assert resp.error_code == REBALANCE_IN_PROGRESS, f"SyncGroup: error {resp.error_code}"
-            assert SLOW_REBALANCE_MS / 1000 - 0.1 <= arrived - join_done <= SLOW_REBALANCE_MS / 1000 + SLACK_S
+            # (join_done is when the first join answer arrived, a little after the sync timer started)
+            assert SLOW_REBALANCE_MS / 1000 - 0.5 <= arrived - join_done <= SLOW_REBALANCE_MS / 1000 + SLACK_S
         for s in answers:
             s.close()
     after_abuse(broker, before, "after-joins")
