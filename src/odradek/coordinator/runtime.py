@@ -21,6 +21,9 @@ The runtime:
   nothing waits for the last write of its partition, so no answer ever reveals state that is not
   committed. When the high watermark is already there (one broker, or a fast ISR) nothing waits;
 - parks callers that wait for other callers (`_park`) and answers them with a write's completions;
+  while a caller waits (for other callers, or for its write's high watermark) it is inside `parked()`,
+  a context the broker sets so that a request waiting here does not count as work in progress
+  (`queued.max.requests`; Kafka's handler threads leave such requests in its purgatories);
 - runs the coordinator's timers (`_run_timers`, a task from `start` to `aclose`).
 
 A write that cannot be committed here (an append failure, or resigning before the high watermark
@@ -39,11 +42,13 @@ members, a load read by `load_buffer_bytes` (offsets.load.buffer.size).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import uuid
 from collections import deque
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
 
@@ -152,6 +157,8 @@ class CoordinatorRuntime(Generic[S, R]):
         self._loading: dict[int, asyncio.Task] = {}
         self._waiters: dict[WaitKey, asyncio.Future] = {}
         self._timer_task: asyncio.Task | None = None
+        # entered while a caller waits; the broker sets its request parking (server.network.Parked)
+        self.parked: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
 
     # ------------------------------------------------------------------------------ the coordinator's part
     def _new_shard(self, partition: int, coordinator_epoch: int) -> S:
@@ -397,14 +404,16 @@ class GroupCoordinator(CoordinatorRuntime[GroupShard, Record]):
         try:
             committed = self._commit(shard, outcome, now)
             if committed is not None:
-                await committed
+                with self.parked():
+                    await committed
         except CoordinatorError:
             if fut is not None and fut.done() and not fut.cancelled():
                 fut.exception()   # failed with the shard; the caller gets the error raised here
             raise
         if fut is None:
             return outcome.response
-        return await fut
+        with self.parked():
+            return await fut
 
     def remove_topics(self, topics: set[str]) -> None:
         """Deleted topics: their committed offsets go from every group this broker coordinates."""

@@ -106,7 +106,8 @@ class TransactionCoordinator(CoordinatorRuntime[TxnShard, TxnRecord]):
         await self._run(shard, out, now)
         if waiter is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), END_TXN_WAIT_MS / 1000)
+                with self.parked():
+                    await asyncio.wait_for(asyncio.shield(waiter), END_TXN_WAIT_MS / 1000)
             except asyncio.TimeoutError:
                 pass
         return out.response
@@ -114,7 +115,8 @@ class TransactionCoordinator(CoordinatorRuntime[TxnShard, TxnRecord]):
     async def _run(self, shard: TxnShard, out: TxnOutcome, now_ms: int) -> None:
         committed = self._write(shard, out.records, now_ms)
         if committed is not None:
-            await committed
+            with self.parked():
+                await committed
         for job in out.markers:
             self._start_markers(shard, job)
 

@@ -395,6 +395,8 @@ BROKER_CONFIGS: dict[str, ConfigKey] = _defs(
     # --- limits and features
     K("message.max.bytes", INT, 1048588, HIGH, AtLeast(0), "Largest record batch accepted.", dynamic=True),
     K("fetch.max.bytes", INT, 57671680, MEDIUM, AtLeast(1024), "Most bytes returned by one fetch."),
+    K("fetch.purgatory.max.wait.ms", INT, 30000, MEDIUM, AtLeast(0), "Longest a fetch waits for data, whatever "
+      "max_wait_ms it asks; then it is answered with what there is. odradek only.", dynamic=True),
     K("max.incremental.fetch.session.cache.slots", INT, 1000, MEDIUM, AtLeast(0),
       "Incremental fetch sessions kept."),
     K("max.request.partition.size.limit", INT, 2000, MEDIUM, AtLeast(1), "Partitions per request, at most."),

@@ -29,6 +29,7 @@ from odradek.protocol.error_codes import ErrorCode
 from odradek.server.config import BrokerConfig
 from odradek.server.log_validator import LOG_APPEND_TIME, topic_rules, validate
 from odradek.server.metadata_cache import MetadataCache, MetadataImage
+from odradek.server.network import Parked
 from odradek.server.partition import Partition
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.coordinator_leadership import LeadershipFollower
@@ -114,6 +115,7 @@ class Coordinators:
     async def start(self) -> None:
         """Start the group coordinator and load the offsets partitions this broker leads."""
         group = GroupCoordinator(group_config(self.metadata.config), self.clock)
+        group.parked = Parked      # a request waiting for the group (JoinGroup, SyncGroup) or its write
         await group.start()
         self.group = group
         LeadershipFollower(OFFSETS_TOPIC, self.replica_manager, self.metadata, lambda: self.group,

@@ -20,6 +20,8 @@ forgets the bootstrap brokers a Metadata answer does not name, and then waits fo
 cannot reach until its request times out). So, as a KRaft broker does not serve requests before it has
 caught up with the metadata log, Metadata and DescribeCluster wait for that first update here
 (`first_update`), within a bound: a controller that never comes leaves them answered from what there is.
+They wait parked (`network.Parked`): clients reconnecting to a restarted broker must not fill
+`queued.max.requests` and stop it reading the controller's UpdateMetadata they wait for.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Callable, TypeVar
 
 from odradek.cluster.topics import PartitionState, TopicInfo
 from odradek.server.config import BrokerConfig, TopicConfig
+from odradek.server.network import Parked
 
 log = logging.getLogger("odradek.metadata")
 
@@ -212,7 +215,8 @@ class MetadataCache:
             log.info("client metadata requests wait for the controller's first UpdateMetadata (at most %.0f s)",
                      timeout_s)
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            with Parked():
+                await asyncio.wait_for(event.wait(), timeout_s)
         except asyncio.TimeoutError:
             log.warning("no UpdateMetadata from the controller after %.0f s; answering metadata requests "
                         "with this broker's own view", timeout_s)

@@ -17,6 +17,20 @@ producer's next request is appended only after the followers have the previous o
 followers fetch several requests' records in one round, which is what lets acks=all with replicas keep
 up with a producer that pipelines (librdkafka's default max.in.flight is 1,000,000; Java's is 5).
 
+Parked requests: a request whose handler waits for something outside the broker's own work - a
+long-poll Fetch for data (the purgatory), a classic JoinGroup or SyncGroup for the other members, a
+coordinator's write for its followers, a transactional Produce for the transaction coordinator's
+verification - is parked while it waits: it gives its count in `queued.max.requests` back, as a
+request answered `Later` does, and takes it again when it resumes (its answer is work in progress
+again). So the budget counts only work in progress, and idle long polls, however many and however long,
+never stop the broker reading other connections (Kafka's handler threads likewise leave a delayed
+request in its purgatory and take the next one). Unlike `Later`, the connection stays muted: Kafka
+processes one request per connection at a time, so each connection holds at most one parked request,
+and nothing behind it is handled before it is answered. Its bytes stay charged to
+`queued.max.request.bytes` (they are still held). A wait parks by entering `Parked()`, which finds the
+request through the context of the connection's task; anything else (a task the request started, a
+caller outside a connection) parks nothing.
+
 Reads go into buffers the connection provides (asyncio.BufferedProtocol, `protocol.framing.FrameReader`):
 small requests into a per-connection scratch buffer, a large one into its own buffer, which grows with
 the bytes that arrive (never allocated at its announced size before they do).
@@ -25,9 +39,9 @@ Limits (Kafka's names):
 - `socket.request.max.bytes`: checked on the size prefix before anything is allocated.
 - `queued.max.request.bytes` and `queued.max.requests`: one broker-wide `RequestPool` (KIP-72). A
   large request's buffer is granted by the pool once its size is known; small requests are charged
-  when read; both are released when answered. When the pool is exhausted the connections that need it
-  stop reading, and are resumed first come, first served as memory returns: the broker stops reading
-  rather than allocate.
+  when read; both are released when answered (the count also while the request is parked). When the
+  pool is exhausted the connections that need it stop reading, and are resumed first come, first served
+  as memory returns: the broker stops reading rather than allocate.
 - `socket.request.receive.timeout.ms` (odradek's; Kafka has no such key): a request whose first byte
   has arrived must be complete within this time (counted while the broker is reading from that
   connection), so a sender of one byte per second is closed and what it held is released.
@@ -42,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import socket
 import time
@@ -65,6 +80,28 @@ class Later:
         self.answer = answer
 
 
+# The connection whose worker task is running: set by each worker for itself (a task runs in its own copy
+# of the context), read by `Parked`.
+_serving: contextvars.ContextVar["Connection"] = contextvars.ContextVar("odradek_serving")
+
+
+class Parked:
+    """`with Parked(): await <something outside the broker's own work>`: while the block runs, the
+    request being handled does not count in `queued.max.requests` (see the module's docstring). Entered
+    outside a connection's request, or by a task other than the connection's own, or within another
+    `Parked`, it does nothing."""
+
+    __slots__ = ("conn",)
+
+    def __enter__(self) -> None:
+        conn = _serving.get(None)
+        self.conn = conn if conn is not None and conn.park() else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            self.conn.unpark()
+
+
 # handle(connection, frame) -> chunks to send (a list of buffers and record-set references), None, or
 # Later(a future of such chunks)
 Handler = Callable[["Connection", bytes], Awaitable["list | Later | None"]]
@@ -72,8 +109,9 @@ Handler = Callable[["Connection", bytes], Awaitable["list | Later | None"]]
 
 class RequestPool:
     """The broker-wide budget of received, unanswered requests (KIP-72): `bytes_max` bytes
-    (`queued.max.request.bytes`) and `requests_max` requests (`queued.max.requests`). Connections
-    that cannot proceed wait in arrival order and are woken as requests are answered."""
+    (`queued.max.request.bytes`) and `requests_max` requests in progress (`queued.max.requests`; a
+    parked request or one answered `Later` is not in progress). Connections that cannot proceed wait in
+    arrival order and are woken as requests are answered or park."""
 
     def __init__(self, bytes_max: int, requests_max: int) -> None:
         self.bytes_max = bytes_max
@@ -135,7 +173,7 @@ class Connection(asyncio.BufferedProtocol):
         self.receive_started: float | None = None   # when the request being received began arriving
         self.closed = False
         self.paused_for: set[str] = set()           # "muted", "pool"
-        self.handling = False                       # a request of pending[0] counts in the pool
+        self.handling = False                       # pending[0] is handled and counts in queued.max.requests
         # answers still to send, in request order (futures of chunks to send)
         self.answers: collections.deque[asyncio.Future] = collections.deque()
         self.answering: asyncio.Task | None = None  # sends `answers` as they complete
@@ -246,13 +284,32 @@ class Connection(asyncio.BufferedProtocol):
         """Handling a request or sending an answer."""
         return any(t is not None and not t.done() for t in (self.worker, self.answering))
 
+    # ------------------------------------------------------------------------- parking
+    def park(self) -> bool:
+        """The request being handled waits for something outside the broker: give its count back
+        (True), unless it is not counted (parked already, or answered) or the caller is not this
+        connection's worker (a task the request started may outlive it)."""
+        if not self.handling or asyncio.current_task() is not self.worker:
+            return False
+        self.handling = False
+        self.pool.release(0, 1)
+        return True
+
+    def unpark(self) -> None:
+        """The parked request goes on: it counts again (a closed connection's was already given back)."""
+        if not self.closed:
+            self.handling = True
+            self.pool.add_requests(1)
+
     # ------------------------------------------------------------------------- request loop
     async def _work(self) -> None:
+        _serving.set(self)
         while self.pending and not self.closed:
             f = self.pending[0]
             # queued.max.requests counts requests being handled: one per connection at most, as in
-            # Kafka, whose channel stages one receive at a time (plus the answers pending, see Later).
-            # The rest of what one read brought (at most the scratch buffer) waits here without counting.
+            # Kafka, whose channel stages one receive at a time; not while parked, nor once handed over
+            # as Later. The rest of what one read brought (at most the scratch buffer) waits here
+            # without counting.
             self.pool.add_requests(1)
             self.handling = True
             try:

@@ -5,6 +5,11 @@ Produce with acks=all waits until the high watermark passes its last offset or i
 Waiters register on partition keys and are woken by `notify(key)` when that partition's log end
 offset or high watermark moves. Every waiting list is bounded by the connections that feed it: a
 connection handles one request at a time, so there is at most one waiter per connection.
+
+A request waiting here is parked (`network.Parked`): it does not count in `queued.max.requests`
+meanwhile, so idle long polls never hold the budget other connections need (Kafka's handler threads
+leave a delayed fetch in its purgatory the same way). How long a fetch may wait is capped by the
+broker (`fetch.purgatory.max.wait.ms`, see `apis/fetch.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
+
+from odradek.server.network import Parked
 
 
 class Purgatory:
@@ -40,7 +47,8 @@ class Purgatory:
             self._waiters[k].add(fut)
         timer = loop.call_later(timeout_s, _expire, fut)
         try:
-            return await fut is not _EXPIRED
+            with Parked():
+                return await fut is not _EXPIRED
         finally:
             timer.cancel()
             for k in keys:

@@ -31,6 +31,7 @@ from odradek.server.config import BrokerConfig
 from odradek.server.controller_channel import ControllerChannel
 from odradek.server.coordinator_leadership import LeadershipFollower
 from odradek.server.metadata_cache import MetadataCache
+from odradek.server.network import Parked
 from odradek.server.partition import Partition
 from odradek.server.replica_manager import ReplicaManager
 from odradek.server.internal_topics import ensure_internal_topic
@@ -76,6 +77,7 @@ class TxnCoordinators:
             markers = self.cluster_markers = ClusterMarkerWriter(self.broker_id, self.metadata, self.channels,
                                                                  local)
         coordinator = TransactionCoordinator(txn_config(self.metadata.config), self.clock, markers)
+        coordinator.parked = Parked     # a request waiting for its write or its transaction's markers
         await coordinator.start()
         self.coordinator = coordinator
         LeadershipFollower(TRANSACTION_STATE_TOPIC, self.replica_manager, self.metadata, lambda: self.coordinator,

@@ -16,7 +16,8 @@ transactional id, with an AddPartitionsToTxn v4+ entry for the transaction:
 The coordinator is this broker's own runtime when it leads the id's `__transaction_state` partition,
 otherwise its leader in the metadata image, reached over the inter-broker channel "txn-verification"
 (one AddPartitionsToTxn v5 request per produce request and transaction, several partitions each).
-The request's task awaits the answer; the event loop and other requests go on meanwhile. The append
+The request's task awaits the answer, parked (`network.Parked`: it does not count in
+`queued.max.requests` meanwhile); the event loop and other requests go on. The append
 then passes only if the transaction is open here or the guard is still the producer's current one
 (`check_verified`, right before the append, with no await in between).
 
@@ -49,6 +50,7 @@ from odradek.protocol.messages import add_partitions_to_txn as ap
 from odradek.records.header import HEADER_SIZE, TRANSACTIONAL_MASK, BatchHeader
 from odradek.server.inter_broker import BrokerChannels
 from odradek.server.metadata_cache import MetadataCache
+from odradek.server.network import Parked
 from odradek.storage.producer_state import InvalidTxnStateError
 from odradek.storage.producer_verification import VerificationGuard
 
@@ -161,7 +163,8 @@ class TxnVerifier:
             retry = [tp for tp, code in errors.items() if code == ErrorCode.CONCURRENT_TRANSACTIONS]
             if not retry or time.monotonic() >= deadline:
                 return errors
-            await asyncio.sleep(backoff_ms / 1000)
+            with Parked():
+                await asyncio.sleep(backoff_ms / 1000)
             errors.update(await self._ask(transactional_id, producer_id, producer_epoch, retry, operation))
 
     async def _ask(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -226,7 +229,8 @@ class TxnVerifier:
             verify_only=not operation.supports_epoch_bump,
             topics=[ap.AddPartitionsToTxnTopic(name=t, partitions=ps) for t, ps in by_topic.items()])])
         try:
-            response = await self.channels.request(PURPOSE, broker_id, ADD_PARTITIONS_TO_TXN_KEY, request)
+            with Parked():
+                response = await self.channels.request(PURPOSE, broker_id, ADD_PARTITIONS_TO_TXN_KEY, request)
         except Exception as e:     # unreachable, or an answer that does not fit: the client retries
             log.info("AddPartitionsToTxn to broker %d for %s: %s", broker_id, transactional_id, e)
             return {tp: ErrorCode.NETWORK_EXCEPTION for tp in partitions}

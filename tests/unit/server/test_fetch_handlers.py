@@ -11,7 +11,7 @@ from odradek.protocol.messages import list_offsets as lo
 from odradek.records.header import iter_headers
 from odradek.server.apis.fetch import handle_fetch
 from odradek.server.apis.list_offsets import EARLIEST, LATEST, MAX_TIMESTAMP, handle_list_offsets
-from tests.unit.server.fakes import Clock, FakeAlterPartition, batch, context, make_services, topic
+from tests.unit.server.fakes import Clock, FakeAlterPartition, batch, broker_config, context, make_services, topic
 
 FETCH, LIST_OFFSETS = 1, 2
 
@@ -84,6 +84,23 @@ def test_a_long_poll_is_answered_by_an_append():
         _append(services, "p", b"late")
         pd = (await asyncio.wait_for(polling, 1)).responses[0].partitions[0]
         assert _offsets(pd) == [0]
+
+    _run(main())
+
+
+def test_a_long_poll_waits_at_most_the_broker_s_cap():
+    """max_wait_ms is the client's; fetch.purgatory.max.wait.ms bounds it (the fake clock stands still,
+    so the wait is the purgatory's own timer)."""
+    services = make_services(topic("c"), config=broker_config(**{"fetch.purgatory.max.wait.ms": "50"}))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        response = await handle_fetch(context(services, FETCH, 12), _fetch("c", 0, max_wait_ms=600_000))
+        waited = loop.time() - started
+        assert 0.04 <= waited < 2, waited
+        pd = response.responses[0].partitions[0]
+        assert pd.error_code == ErrorCode.NONE and _offsets(pd) == []
 
     _run(main())
 

@@ -6,7 +6,9 @@
   place, takes the later entry's fetch position, and is answered once. Consecutive partitions of one
   topic share a topic entry in the response, in request order.
 - Long poll: when fewer than `min_bytes` are available the request waits up to `max_wait_ms` and is
-  answered as soon as an append to any of its partitions brings enough data.
+  answered as soon as an append to any of its partitions brings enough data. The wait is capped by
+  `fetch.purgatory.max.wait.ms` (odradek's; Kafka waits as long as the client asks, up to 24 days), and
+  a waiting request is parked: it does not count in `queued.max.requests` (`server/purgatory.py`).
 - Limits: the response is bounded by min(`max_bytes` (v3+), `fetch.max.bytes`) and each partition by
   `partition_max_bytes`. From v3 (KIP-74) the first partition with data returns at least one whole
   batch even beyond them, so a consumer is never stuck behind a batch larger than its limits. Before
@@ -42,6 +44,7 @@ from odradek.storage.errors import StorageError
 log = logging.getLogger("odradek.fetch")
 
 INT32_MAX = 2**31 - 1
+MAX_WAIT_CAP_KEY = "fetch.purgatory.max.wait.ms"
 # A partial legacy entry: offset -1 and a message size past the end (Kafka's overflow batch).
 OVERSIZED_FIRST_BATCH = struct.pack(">qi", -1, 61)
 
@@ -161,7 +164,8 @@ async def handle_fetch(ctx: RequestContext, request: m.FetchRequest) -> m.FetchR
         return m.FetchResponse(throttle_time_ms=0, error_code=error, session_id=0, responses=[])
     wanted = session.wanted(request, v, image) if session is not None else _wanted(request, v, image)
     loop_time = ctx.clock
-    deadline = loop_time() + max(request.max_wait_ms, 0)
+    started = loop_time()
+    deadline: int | None = None      # known once the request has to wait
 
     async def read() -> tuple[list[m.FetchableTopicResponse], int, bool]:
         responses, total, any_error = read_partitions(
@@ -176,6 +180,8 @@ async def handle_fetch(ctx: RequestContext, request: m.FetchRequest) -> m.FetchR
         responses, total, any_error = await read()
         if total >= min_bytes or any_error or not wanted:
             break
+        if deadline is None:
+            deadline = started + min(max(request.max_wait_ms, 0), ctx.config.get(MAX_WAIT_CAP_KEY))
         wait_ms = deadline - loop_time()
         keys = [(t, fp.partition) for t, _, parts in wanted if t is not None for fp in parts]
         if wait_ms <= 0 or not await ctx.replica_manager.wait_for_data(keys, wait_ms, replica_id=replica_id):
