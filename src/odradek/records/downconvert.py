@@ -46,11 +46,22 @@ _MESSAGE_OVERHEAD = (26, 34)          # bytes of a magic 0 / magic 1 message bes
 _VARINT_MAX = 5
 
 
+class Work:
+    """What conversions have done: `converted`, the bytes of messages made (before compression)."""
+
+    __slots__ = ("converted",)
+
+    def __init__(self) -> None:
+        self.converted = 0
+
+
 def legacy_pieces(batch: RecordBatch, magic: int, *, piece_bytes: int, min_offset: int | None = None,
-                  check_crc: bool = True, max_uncompressed_bytes: int = codecs.DEFAULT_MAX_UNCOMPRESSED_BYTES
-                  ) -> Iterator[bytes]:
-    """The batch's records as magic `magic` messages, in pieces (see the module docstring). Raises
-    ProtocolError for a bad CRC or malformed records, when reached."""
+                  check_crc: bool = True, max_uncompressed_bytes: int = codecs.DEFAULT_MAX_UNCOMPRESSED_BYTES,
+                  work: Work | None = None) -> Iterator[bytes]:
+    """The batch's records as magic `magic` messages, in pieces (see the module docstring); `work`
+    counts the bytes of messages made, as each piece is yielded. Raises ProtocolError for a bad CRC or
+    malformed records, when reached."""
+    work = work or Work()
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
     if check_crc:
@@ -86,6 +97,7 @@ def legacy_pieces(batch: RecordBatch, magic: int, *, piece_bytes: int, min_offse
         pending += overhead + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         looked += 1
         if pending >= piece_bytes:
+            work.converted += pending
             yield current.build()
             current = builder()
             append = current.append
@@ -94,6 +106,7 @@ def legacy_pieces(batch: RecordBatch, magic: int, *, piece_bytes: int, min_offse
             looked = 0
             yield b""
     if len(current):
+        work.converted += pending
         yield current.build()
 
 

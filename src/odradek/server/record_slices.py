@@ -20,8 +20,10 @@ neither the range nor its conversion is ever whole in memory, and the event loop
 Within a batch too (`records.downconvert`): a batch of a million records is decompressed as it is
 read and converted a piece of about `CONVERT_CHUNK_BYTES` of messages at a time, from a cursor in the
 batch held between steps, and records below the fetch offset are passed over by their lengths. What
-one response holds is one stored batch and a piece; what it costs is the records of the stored bytes
-it covers, once each, and the stored bytes are at most its size.
+one response holds is one stored batch and a piece. What it costs is in proportion to its size: the
+stored bytes it covers are at most its size, and the messages it makes at most `CONVERTED_PER_SENT`
+times its size before compression (a gzip wrapper of small records can be a tenth of its messages or
+less: past that, the rest of the response is padding, and the reader fetches the next records anew).
 
 The size prefix goes out first, so the size is fixed before the conversion, by Kafka's rule: the
 larger of the stored bytes and the first converted piece (Kafka's first converted batch; a piece holds
@@ -55,7 +57,7 @@ from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import RecordBatch
 from odradek.records.convert import v2_to_legacy
-from odradek.records.downconvert import legacy_pieces
+from odradek.records.downconvert import Work, legacy_pieces
 from odradek.records.header import COMPRESSION_MASK, CONTROL_MASK, HEADER_SIZE, MAGIC_OFFSET
 from odradek.storage.errors import StorageError
 from odradek.server.workers import CONVERSION_LANE, Workers
@@ -68,6 +70,7 @@ PREAD_PIECE_BYTES = 1024 * 1024       # stored bytes copied per write when not u
 DIRECT_PIECE_BYTES = 64 * 1024       # copied through the transport while the socket is full
 CONVERT_CHUNK_BYTES = 128 * 1024      # converted bytes per step (Kafka's MAX_READ_SIZE is of stored bytes)
 STEP_TICKS = 8                        # stretches of skipped records (downconvert.STEP_RECORDS) per step
+CONVERTED_PER_SENT = 2                # messages made per byte of the answer, at most (before compression)
 LOG_OVERHEAD = 12                     # offset int64 + size int32 in front of every entry
 _ENTRY_HEAD = struct.Struct(">qi")
 Pieces = Generator[tuple[bytes, bool], None, None]   # (converted piece, whether it ends its batch)
@@ -199,11 +202,12 @@ class LegacyRecords:
 
     __slots__ = ("workers", "size", "_first", "_pieces")
 
-    def __init__(self, workers: Workers, first: bytes, pieces: Pieces, size: int) -> None:
+    def __init__(self, workers: Workers, first: bytes, pieces: Pieces, size: int, work: Budget) -> None:
         self.workers = workers
         self.size = size
         self._first: bytes | None = first
         self._pieces = pieces
+        work.limit = work.converted + CONVERTED_PER_SENT * size
 
     @classmethod
     async def convert_first(cls, slices: list[FileSlice], magic: int, fetch_offset: int,
@@ -213,7 +217,8 @@ class LegacyRecords:
         legacy reader sees nothing). Raises UnsupportedCompressionForLegacy when that batch is zstd, and
         ProtocolError or StorageError when it cannot be read or converted."""
         lane = workers.lane(CONVERSION_LANE)
-        pieces = legacy_stream(slices, magic, fetch_offset, CONVERT_CHUNK_BYTES)
+        work = Budget()
+        pieces = legacy_stream(slices, magic, fetch_offset, CONVERT_CHUNK_BYTES, work)
         while True:
             first = await lane.run(convert_step, pieces, CONVERT_CHUNK_BYTES, True)
             if first is None:
@@ -221,7 +226,7 @@ class LegacyRecords:
             if first:
                 break
         stored = sum(s.length for s in slices)
-        return cls(lane, first, pieces, max(stored, len(first)))
+        return cls(lane, first, pieces, max(stored, len(first)), work)
 
     async def send(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop,
                    use_sendfile: bool) -> None:
@@ -289,12 +294,26 @@ def convert_step(pieces: Iterator[tuple[bytes, bool]], want_bytes: int, first_on
     return b"".join(out) if out else None
 
 
-def legacy_stream(slices: list[FileSlice], magic: int, fetch_offset: int, piece_bytes: int) -> Pieces:
+class Budget(Work):
+    """A conversion's work so far and its limit: the stream ends once `converted` passes `limit`."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limit = 2**63 - 1
+
+
+def legacy_stream(slices: list[FileSlice], magic: int, fetch_offset: int, piece_bytes: int,
+                  work: Budget | None = None) -> Pieces:
     """The entries of `slices` converted to magic `magic` messages: (piece, whether it ends its batch),
     a piece of about `piece_bytes` at a time (`downconvert.legacy_pieces`; b"" after a stretch of
     records only skipped). Control batches and batches wholly below `fetch_offset` are passed over
     by their header; a zstd batch ends the stream, or raises UnsupportedCompressionForLegacy when
-    nothing came before it. Holds one stored batch and its current piece; reads files only."""
+    nothing came before it; so does `work` passing its limit (compressed wrappers can hold many times
+    their size in messages: the conversion's work stays in proportion to the answer's size). Holds one
+    stored batch and its current piece; reads files only."""
+    work = work or Budget()
     given = False
     for s in slices:
         pos, end = s.position, s.position + s.length
@@ -318,9 +337,12 @@ def legacy_stream(slices: list[FileSlice], magic: int, fetch_offset: int, piece_
                     raise UnsupportedCompressionForLegacy(
                         f"down-conversion of zstd batches is not supported (offset {base_offset})")
                 batch = RecordBatch(FileSlice(s.file, pos, size).read())
-                for piece in legacy_pieces(batch, magic, piece_bytes=piece_bytes, min_offset=fetch_offset):
+                for piece in legacy_pieces(batch, magic, piece_bytes=piece_bytes, min_offset=fetch_offset,
+                                           work=work):
                     given = given or bool(piece)
                     yield piece, False
+                    if work.converted > work.limit:
+                        return
             else:
                 piece = v2_to_legacy(FileSlice(s.file, pos, size).read(), magic)
                 given = given or bool(piece)
