@@ -200,13 +200,14 @@ class LegacyRecords:
     """Fetch v0-3: the batches of `slices` as magic `magic` messages, converted while sent. Build with
     `convert_first`, which fixes the size."""
 
-    __slots__ = ("workers", "size", "_first", "_pieces")
+    __slots__ = ("workers", "size", "_first", "_pieces", "_work")
 
     def __init__(self, workers: Workers, first: bytes, pieces: Pieces, size: int, work: Budget) -> None:
         self.workers = workers
         self.size = size
         self._first: bytes | None = first
         self._pieces = pieces
+        self._work = work
         work.limit = work.converted + CONVERTED_PER_SENT * size
 
     @classmethod
@@ -220,7 +221,7 @@ class LegacyRecords:
         work = Budget()
         pieces = legacy_stream(slices, magic, fetch_offset, CONVERT_CHUNK_BYTES, work)
         while True:
-            first = await lane.run(convert_step, pieces, CONVERT_CHUNK_BYTES, True)
+            first = await lane.run(convert_step, pieces, work, CONVERT_CHUNK_BYTES, True)
             if first is None:
                 return None
             if first:
@@ -255,7 +256,7 @@ class LegacyRecords:
 
     async def _convert_next(self) -> bytes | None:
         try:
-            return await self.workers.run(convert_step, self._pieces, CONVERT_CHUNK_BYTES, False)
+            return await self.workers.run(convert_step, self._pieces, self._work, CONVERT_CHUNK_BYTES, False)
         except (ProtocolError, StorageError, OSError, ValueError) as e:
             # The size is on the wire already: what is left becomes an overflow entry, and the reader
             # fetches again from the batch that failed (and gets the error then, from convert_first).
@@ -276,20 +277,23 @@ async def _write_overflow(transport: asyncio.WriteTransport, remaining: int) -> 
         await _drained(transport)
 
 
-def convert_step(pieces: Iterator[tuple[bytes, bool]], want_bytes: int, first_only: bool) -> bytes | None:
+def convert_step(pieces: Iterator[tuple[bytes, bool]], work: Work, want_bytes: int, first_only: bool
+                 ) -> bytes | None:
     """One step of a conversion (`legacy_stream`): the pieces that come until they hold `want_bytes`,
-    until `STEP_TICKS` stretches of records only skipped, or (`first_only`) until the end of the first
-    batch that gives messages; None at the end. Runs on a worker thread."""
+    until they made `want_bytes` of messages (compressed wrappers are smaller), until `STEP_TICKS`
+    stretches of records only skipped, or (`first_only`) until the end of the first batch that gives
+    messages; None at the end. Runs on a worker thread."""
     out = []
     n = 0
     ticks = 0
+    made = work.converted + want_bytes
     for piece, batch_end in pieces:
         if piece:
             out.append(piece)
             n += len(piece)
         else:
             ticks += 1
-        if n >= want_bytes or (first_only and n and batch_end) or ticks >= STEP_TICKS:
+        if n >= want_bytes or work.converted >= made or (first_only and n and batch_end) or ticks >= STEP_TICKS:
             return b"".join(out)
     return b"".join(out) if out else None
 

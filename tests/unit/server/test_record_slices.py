@@ -202,3 +202,26 @@ def test_one_large_batch_is_converted_in_bounded_steps_from_the_fetch_offset(tmp
         assert offsets == list(range(fetch_offset, fetch_offset + len(offsets))) and len(offsets) > 1_000
         assert [m.value for m in got[:3]] == [b"value-%d" % o for o in offsets[:3]]
         assert pool.calls > 3 and pool.largest < 2 * 16 * 1024    # a step: what it wants and one piece more
+
+
+def test_an_answer_makes_at_most_twice_its_size_in_messages(tmp_path):
+    """A gzip batch of 100,000 alike records is a small fraction of its messages: the answer (the stored
+    size) carries messages of at most CONVERTED_PER_SENT times its size, then padding, and the next
+    fetch, from the first offset it lacks, goes on from there."""
+    from odradek.records import GZIP, RecordBatchBuilder
+
+    log = open_log(tmp_path, segment_bytes=10**8)
+    b = RecordBatchBuilder(compression=GZIP)
+    for i in range(100_000):
+        b.append(None, b"x" * 20, timestamp=1_000)
+    append_built(log, b.build())
+    rec, slices = legacy(log, 0, 10**8)
+    data = send(rec).data
+    assert len(data) == rec.size == sum(s.length for s in slices)
+    got = messages(data)
+    made = sum(34 + 20 for _ in got)
+    # the first piece (made before the size is known) and the piece that passes the limit come on top
+    assert 0 < made <= record_slices.CONVERTED_PER_SENT * rec.size + 2 * record_slices.CONVERT_CHUNK_BYTES
+    assert [m.offset for m in got] == list(range(len(got))) and len(got) < 100_000
+    rec, _ = legacy(log, len(got), 10**8)
+    assert messages(send(rec).data)[0].offset == len(got)
