@@ -87,14 +87,25 @@ def decompress(codec: int, data, *, max_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BY
 
 def iter_decompress(codec: int, data, *, piece_bytes: int, max_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES):
     """Yield the decompressed bytes of `data` in pieces (see the module docstring); more than
-    `max_bytes` in all raises DecompressionLimitError, bad data ProtocolError, when reached."""
+    `max_bytes` in all raises DecompressionLimitError, bad data ProtocolError, when reached. `data` is
+    bytes-like, or an iterable of bytes-like pieces of it: gzip and uncompressed data are then taken a
+    piece at a time (so the whole of it is never held), the other codecs joined first."""
+    if isinstance(data, _BYTES_LIKE):
+        inputs = (memoryview(data)[start:start + _INPUT_PIECE] for start in range(0, len(data), _INPUT_PIECE))
+    elif codec in (GZIP, NONE):
+        inputs = iter(data)
+    else:
+        data = b"".join(data)
     if codec == GZIP:
-        yield from _gzip_pieces(data, piece_bytes, max_bytes)
+        yield from _gzip_pieces(inputs, piece_bytes, max_bytes)
+    elif codec == NONE:
+        for chunk in inputs:
+            yield chunk
     elif codec == LZ4:
         yield from lz4frame.iter_decompress(data, max_bytes)
     elif codec == SNAPPY:
         yield from _snappy_pieces(data, max_bytes)
-    elif codec in (NONE, ZSTD):
+    elif codec == ZSTD:
         view = memoryview(decompress(codec, data, max_bytes=max_bytes))
         for start in range(0, len(view), piece_bytes):
             yield view[start:start + piece_bytes]
@@ -102,13 +113,21 @@ def iter_decompress(codec: int, data, *, piece_bytes: int, max_bytes: int = DEFA
         raise ProtocolError(f"unknown compression codec {codec}")
 
 
-def _gzip_pieces(data, piece_bytes: int, max_bytes: int):
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_INPUT_PIECE = 64 * 1024     # compressed bytes fed to zlib at a time: its unconsumed tail is a copy
+
+
+def _gzip_pieces(inputs, piece_bytes: int, max_bytes: int):
+    """One or more gzip members from the input pieces, at most `piece_bytes` of output at a time."""
     total = 0
-    rest = data
-    while True:
-        d = zlib.decompressobj(31)
-        pending = rest
-        while not d.eof:
+    d = zlib.decompressobj(31)
+    fed = False                      # the current member has had input
+    started = False
+    for data in inputs:
+        pending = data
+        while pending or fed:
+            if pending:
+                fed = started = True
             try:
                 out = d.decompress(pending, piece_bytes)
             except zlib.error as e:
@@ -116,14 +135,20 @@ def _gzip_pieces(data, piece_bytes: int, max_bytes: int):
             total += len(out)
             if total > max_bytes:
                 raise DecompressionLimitError(f"gzip data decompresses past the {max_bytes}-byte limit")
-            pending = d.unconsumed_tail
-            if not out and not pending and not d.eof:
-                raise ProtocolError("gzip data truncated")
             if out:
                 yield out
-        rest = d.unused_data
-        if not rest:
-            return
+            if d.eof:
+                pending = d.unused_data
+                d = zlib.decompressobj(31)
+                fed = False
+            elif d.unconsumed_tail:
+                pending = d.unconsumed_tail
+            elif out:
+                pending = b""            # output may still be held back by the limit
+            else:
+                break                    # this input is used up: the next piece
+    if fed or not started:
+        raise ProtocolError("gzip data truncated")
 
 
 def _gzip_decompress(data, max_bytes: int) -> bytes:

@@ -31,12 +31,13 @@ of records below `min_offset` are not read, only their lengths and offsets.
 
 from __future__ import annotations
 
+import struct
 from typing import Iterator
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
-from odradek.records.header import HEADER_SIZE
+from odradek.records.header import COMPRESSION_MASK, HEADER_SIZE, MAGIC_OFFSET, TIMESTAMP_TYPE_MASK
 from odradek.records.legacy_builder import LegacyBuilder
 from odradek.records.varint import INT64_MAX, INT64_MIN, read_varint, read_varlong
 
@@ -44,6 +45,7 @@ DECOMPRESS_PIECE_BYTES = 256 * 1024   # gzip output taken per piece
 STEP_RECORDS = 4096                   # records looked at between two yields
 _MESSAGE_OVERHEAD = (26, 34)          # bytes of a magic 0 / magic 1 message besides key and value
 _VARINT_MAX = 5
+_HEADER = struct.Struct(">qiiBIhiqqqhii")     # the v2 batch header (layout: `header`)
 
 
 class Work:
@@ -55,17 +57,45 @@ class Work:
         self.converted = 0
 
 
+class BatchFields:
+    """The header fields of a v2 batch that a conversion needs, read from its first 61 bytes (layout:
+    `header`) when the rest of the batch is read from a file as it goes."""
+
+    __slots__ = ("base_offset", "crc", "compression", "timestamp_type", "last_offset_delta", "base_timestamp",
+                 "max_timestamp", "records_count")
+
+    def __init__(self, head) -> None:
+        if len(head) < HEADER_SIZE or head[MAGIC_OFFSET] != 2:
+            raise ProtocolError("not a v2 batch header")
+        (self.base_offset, _, _, _, self.crc, attributes, self.last_offset_delta, self.base_timestamp,
+         self.max_timestamp, _, _, _, self.records_count) = _HEADER.unpack_from(head)
+        self.compression = attributes & COMPRESSION_MASK
+        self.timestamp_type = 1 if attributes & TIMESTAMP_TYPE_MASK else 0
+
+
 def legacy_pieces(batch: RecordBatch, magic: int, *, piece_bytes: int, min_offset: int | None = None,
                   check_crc: bool = True, max_uncompressed_bytes: int = codecs.DEFAULT_MAX_UNCOMPRESSED_BYTES,
                   work: Work | None = None) -> Iterator[bytes]:
     """The batch's records as magic `magic` messages, in pieces (see the module docstring); `work`
     counts the bytes of messages made, as each piece is yielded. Raises ProtocolError for a bad CRC or
     malformed records, when reached."""
+    if check_crc:
+        batch.ensure_valid()
+    body = memoryview(batch.buf)[batch.pos + HEADER_SIZE:batch.pos + batch.size]
+    return convert_records(batch, body, magic, piece_bytes=piece_bytes, min_offset=min_offset,
+                           max_uncompressed_bytes=max_uncompressed_bytes, work=work)
+
+
+def convert_records(batch: BatchFields | RecordBatch, body, magic: int, *, piece_bytes: int,
+                    min_offset: int | None = None,
+                    max_uncompressed_bytes: int = codecs.DEFAULT_MAX_UNCOMPRESSED_BYTES,
+                    work: Work | None = None) -> Iterator[bytes]:
+    """`legacy_pieces` for a batch given by its header fields and its records section `body` (as
+    stored: compressed), bytes-like or an iterable of pieces of it (`codecs.iter_decompress`); the
+    caller has checked the CRC."""
     work = work or Work()
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
-    if check_crc:
-        batch.ensure_valid()
     codec = batch.compression if batch.compression in codecs.LEGACY_CODECS else codecs.NONE
     timestamp_type = batch.timestamp_type if magic == 1 else 0
     log_append_time = batch.max_timestamp if timestamp_type == 1 else None
@@ -74,7 +104,6 @@ def legacy_pieces(batch: RecordBatch, magic: int, *, piece_bytes: int, min_offse
         return LegacyBuilder(magic, compression=codec, timestamp_type=timestamp_type,
                              log_append_time=log_append_time)
 
-    body = memoryview(batch.buf)[batch.pos + HEADER_SIZE:batch.pos + batch.size]
     chunks = codecs.iter_decompress(batch.compression, body, piece_bytes=DECOMPRESS_PIECE_BYTES,
                                     max_bytes=max_uncompressed_bytes)
     overhead = _MESSAGE_OVERHEAD[magic]

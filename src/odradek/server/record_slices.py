@@ -53,12 +53,14 @@ import os
 import struct
 from typing import Generator, Iterator
 
+from crc32c import crc32c
+
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import RecordBatch
 from odradek.records.convert import v2_to_legacy
-from odradek.records.downconvert import Work, legacy_pieces
-from odradek.records.header import COMPRESSION_MASK, CONTROL_MASK, HEADER_SIZE, MAGIC_OFFSET
+from odradek.records.downconvert import BatchFields, Work, convert_records, legacy_pieces
+from odradek.records.header import ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, HEADER_SIZE, MAGIC_OFFSET
 from odradek.storage.errors import StorageError
 from odradek.server.workers import CONVERSION_LANE, Workers
 from odradek.storage.fileslice import FileSlice
@@ -340,9 +342,17 @@ def legacy_stream(slices: list[FileSlice], magic: int, fetch_offset: int, piece_
                         return
                     raise UnsupportedCompressionForLegacy(
                         f"down-conversion of zstd batches is not supported (offset {base_offset})")
-                batch = RecordBatch(FileSlice(s.file, pos, size).read())
-                for piece in legacy_pieces(batch, magic, piece_bytes=piece_bytes, min_offset=fetch_offset,
-                                           work=work):
+                if attributes & COMPRESSION_MASK in (codecs.NONE, codecs.GZIP):
+                    # read from the file as the conversion goes: the batch is never held whole
+                    fields = BatchFields(head)
+                    _check_crc(s, pos, size, fields.crc, base_offset)
+                    pieces = convert_records(fields, _file_pieces(s, pos + HEADER_SIZE, pos + size), magic,
+                                             piece_bytes=piece_bytes, min_offset=fetch_offset, work=work)
+                else:
+                    batch = RecordBatch(FileSlice(s.file, pos, size).read())
+                    pieces = legacy_pieces(batch, magic, piece_bytes=piece_bytes, min_offset=fetch_offset,
+                                           work=work)
+                for piece in pieces:
                     given = given or bool(piece)
                     yield piece, False
                     if work.converted > work.limit:
@@ -355,3 +365,21 @@ def legacy_stream(slices: list[FileSlice], magic: int, fetch_offset: int, piece_
             yield b"", True
 
 
+
+
+READ_PIECE_BYTES = 64 * 1024          # stored bytes read at a time by a conversion
+
+
+def _file_pieces(s: FileSlice, pos: int, end: int) -> Iterator[bytes]:
+    for at in range(pos, end, READ_PIECE_BYTES):
+        yield FileSlice(s.file, at, min(READ_PIECE_BYTES, end - at)).read()
+
+
+def _check_crc(s: FileSlice, pos: int, size: int, stored: int, base_offset: int) -> None:
+    """The batch's CRC-32C, read a piece at a time (as `BatchHeader.ensure_valid` checks it)."""
+    crc = 0
+    for piece in _file_pieces(s, pos + ATTRIBUTES_OFFSET, pos + size):
+        crc = crc32c(piece, crc)
+    if crc != stored:
+        raise ProtocolError(f"record batch at offset {base_offset} is corrupt: stored crc {stored:#010x}, "
+                            f"computed {crc:#010x}")
