@@ -32,13 +32,13 @@ of records below `min_offset` are not read, only their lengths and offsets.
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import Iterator
 
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
 from odradek.records.header import COMPRESSION_MASK, HEADER_SIZE, MAGIC_OFFSET, TIMESTAMP_TYPE_MASK
-from odradek.records.legacy_builder import LegacyBuilder
 from odradek.records.varint import INT64_MAX, INT64_MIN, read_varint, read_varlong
 
 DECOMPRESS_PIECE_BYTES = 256 * 1024   # gzip output taken per piece
@@ -97,46 +97,86 @@ def convert_records(batch: BatchFields | RecordBatch, body, magic: int, *, piece
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
     codec = batch.compression if batch.compression in codecs.LEGACY_CODECS else codecs.NONE
-    timestamp_type = batch.timestamp_type if magic == 1 else 0
-    log_append_time = batch.max_timestamp if timestamp_type == 1 else None
-
-    def builder() -> LegacyBuilder:
-        return LegacyBuilder(magic, compression=codec, timestamp_type=timestamp_type,
-                             log_append_time=log_append_time)
-
+    log_append_time = batch.max_timestamp if magic == 1 and batch.timestamp_type == 1 else None
+    type_bit = TIMESTAMP_TYPE_MASK if log_append_time is not None else 0
+    encode = _encoder(magic)
     chunks = codecs.iter_decompress(batch.compression, body, piece_bytes=DECOMPRESS_PIECE_BYTES,
                                     max_bytes=max_uncompressed_bytes)
     overhead = _MESSAGE_OVERHEAD[magic]
     skip_below = INT64_MIN if min_offset is None else min_offset
-    current = builder()
-    append = current.append
+    count = batch.records_count
+    # Offset deltas increase up to the last one: when that is count - 1, record i's delta is at most i,
+    # so the first skip_below - base_offset records are all below skip_below: they are passed over by
+    # their lengths alone.
+    skip = max(0, min(count, skip_below - batch.base_offset)) if batch.last_offset_delta == count - 1 else 0
+    # plain messages carry their absolute offsets; a wrapper's inner offsets (magic 1) are relative to
+    # its first record, and its timestamp the largest of them (or the log append time)
+    messages: list[bytes] = []
+    add = messages.append
+    first = last = max_ts = 0
     pending = 0
     looked = 0
-    count = batch.records_count
-    # A batch whose last offset delta is count - 1 holds offsets base, base + 1, ... (they increase):
-    # the records below skip_below are then the first ones, passed over by their lengths alone.
-    contiguous = batch.last_offset_delta == count - 1
-    skip = max(0, min(count, skip_below - batch.base_offset)) if contiguous else 0
     for record in _records(chunks, count, batch.base_offset, batch.base_timestamp, skip_below, skip):
         if record is None:           # STEP_RECORDS records skipped
             yield b""
             continue
         offset, timestamp, key, value = record
-        append(key, value, timestamp=timestamp, offset=offset)
+        if magic == 0:
+            timestamp = -1
+        elif log_append_time is not None:
+            timestamp = log_append_time
+        if codec == codecs.NONE:
+            add(encode(offset, type_bit, timestamp, key, value))
+        else:
+            if not messages:
+                first, max_ts = offset, timestamp
+            elif timestamp > max_ts:
+                max_ts = timestamp
+            last = offset
+            add(encode(offset - first if magic else offset, 0, timestamp, key, value))
         pending += overhead + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
         looked += 1
         if pending >= piece_bytes:
             work.converted += pending
-            yield current.build()
-            current = builder()
-            append = current.append
+            yield _piece(messages, codec, magic, encode, last, type_bit, max_ts)
+            messages = []
+            add = messages.append
             pending = looked = 0
         elif looked >= STEP_RECORDS:
             looked = 0
             yield b""
-    if len(current):
+    if messages:
         work.converted += pending
-        yield current.build()
+        yield _piece(messages, codec, magic, encode, last, type_bit, max_ts)
+
+
+_I32 = struct.Struct(">i").pack
+_NULL = _I32(-1)
+_ENTRY = struct.Struct(">qiI").pack         # offset, size, crc
+_V0_HEAD = struct.Struct(">bb").pack        # magic, attributes
+_V1_HEAD = struct.Struct(">bbq").pack       # magic, attributes, timestamp
+
+
+def _encoder(magic: int):
+    """encode(offset, attributes, timestamp, key, value): one message set entry (`legacy_builder`'s
+    layout), made with few calls."""
+    crc32 = zlib.crc32
+
+    def encode(offset: int, attributes: int, timestamp: int, key, value) -> bytes:
+        body = b"".join((_V1_HEAD(1, attributes, timestamp) if magic else _V0_HEAD(0, attributes),
+                         _NULL if key is None else _I32(len(key)) + key,
+                         _NULL if value is None else _I32(len(value)) + value))
+        return _ENTRY(offset, 4 + len(body), crc32(body)) + body
+
+    return encode
+
+
+def _piece(messages: list[bytes], codec: int, magic: int, encode, last: int, type_bit: int, max_ts: int) -> bytes:
+    """The messages as they go out: joined, or compressed into one wrapper with the last offset."""
+    if codec == codecs.NONE:
+        return b"".join(messages)
+    inner = codecs.compress(codec, b"".join(messages), legacy_lz4=magic == 0)
+    return encode(last, codec | type_bit, max_ts if magic else -1, None, inner)
 
 
 def _records(chunks, count: int, base_offset: int, base_timestamp: int, skip_below: int, skip: int):
