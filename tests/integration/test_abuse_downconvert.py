@@ -91,16 +91,16 @@ class Fetches:
     """FETCHES Fetch v2 requests, each on its own connection, sent at once; their answers decoded."""
 
     def __init__(self, broker, topic: str, offsets: list[int], partition_max_bytes: int) -> None:
-        self.broker, self.topic, self.offsets, self.max_bytes = broker, topic, offsets, partition_max_bytes
-        self.sent = 0
+        self.broker = broker
+        self.frames = [fetch_v2(i + 1, topic, offset, partition_max_bytes) for i, offset in enumerate(offsets)]
+        self.sent = sum(len(f) for f in self.frames)
         self.answers: dict[int, object] = {}
         self.sizes: dict[int, int] = {}
         self.errors: list[str] = []
         self._threads = [threading.Thread(target=self._one, args=(i,), daemon=True) for i in range(len(offsets))]
 
     def _one(self, i: int) -> None:
-        frame = fetch_v2(i + 1, self.topic, self.offsets[i], self.max_bytes)
-        self.sent += len(frame)
+        frame = self.frames[i]
         sock = connect(self.broker.host, self.broker.port, timeout=120)
         try:
             sock.sendall(frame)

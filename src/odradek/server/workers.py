@@ -11,14 +11,15 @@ The GIL still lets the loop thread run every `sys.getswitchinterval()` (5 ms) wh
 and the heavy parts (zlib, cramjam, numpy, file I/O) release it, so an unrelated client's request is
 answered while a worker grinds.
 
-Lanes share the pool fairly: `lane(name)` is a view of the pool through which at most `lane_share` of
-its threads (at least one, fewer than all when there are two or more) run that kind of work at once,
-admitted first come, first served. Down-conversion for old consumers (`CONVERSION_LANE`) goes through
+Lanes share the pool fairly: `lane(name)` is a view of the pool through which at most `LANE_SHARE` of
+its threads (at least one, fewer than all when there are two or more; one of the default eight) run
+that kind of work at once, admitted first come, first served. Down-conversion for old consumers (`CONVERSION_LANE`) goes through
 one, a bounded step per call: any number of conversions, from any number of connections, take turns
 on the lane's threads a step each, and the other threads stay free for everything else (a
-producer's validation, index lookups), so one client's conversions never starve another's requests
-(Kafka bounds this differently: its request handler threads are shared, and down-conversion is
-limited by `message.downconversion.enable`).
+producer's validation, index lookups), so one client's conversions never starve another's requests.
+Conversion is Python work that holds the GIL, so more threads would not convert faster, only make
+the event loop wait longer for the GIL. (Kafka shares its request handler threads and offers
+`message.downconversion.enable` to turn conversion off.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, Callable, Protocol, TypeVar
 T = TypeVar("T")
 
 CONVERSION_LANE = "down-conversion"
-LANE_SHARE = 0.25      # of the threads, for one lane's work at once
+LANE_SHARE = 0.125     # of the threads, for one lane's work at once
 
 
 class WorkerPool:

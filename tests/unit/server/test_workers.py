@@ -12,15 +12,15 @@ import pytest
 from odradek.server.workers import CONVERSION_LANE, WorkerPool, lane_threads
 
 
-@pytest.mark.parametrize("threads, expected", [(1, 1), (2, 1), (4, 1), (8, 2), (16, 4)])
+@pytest.mark.parametrize("threads, expected", [(1, 1), (2, 1), (8, 1), (16, 2), (32, 4)])
 def test_a_lane_holds_a_share_of_the_threads(threads, expected):
     assert lane_threads(threads) == expected
 
 
 def test_other_work_runs_at_once_while_a_lane_is_full():
-    """Eight threads, 40 lane calls that each block until released: at most two run at once, and a
+    """Sixteen threads, 40 lane calls that each block until released: at most two run at once, and a
     call outside the lane (a producer's validation) is answered while all of them wait."""
-    pool = WorkerPool(8, queue_max=500)
+    pool = WorkerPool(16, queue_max=500)
     release = threading.Event()
     running = []
     peak = []
