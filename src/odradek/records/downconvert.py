@@ -22,11 +22,20 @@ pieces of about `piece_bytes`:
 
 Every piece holds at least one whole message (a record larger than `piece_bytes` is one piece), so a
 reader always gets on. Between pieces a b"" is yielded after every `STEP_RECORDS` records looked at
-(converted or skipped), so a caller can bound the work of one step by records as well as by bytes, and
-stop at any yield: what is held meanwhile is a decompressed piece, a partial record and the messages of
-the current piece. The records are checked as `batch.iter_records_section` checks them (the count fills
-the records exactly, each length within what remains, offsets increasing within 64 bits); the fields
-of records below `min_offset` are not read, only their lengths and offsets.
+(converted or skipped) and after every decompressed chunk passed over, so a caller can bound the work
+of one step by records as well as by bytes, and stop at any yield: what is held meanwhile is a
+decompressed piece, a partial record and the messages of the current piece, plus the stored batch
+unless it comes as pieces too (`convert_records`, given the header's `BatchFields` and the records
+section read from a file as it goes: gzip and uncompressed batches; lz4 and snappy ones are joined
+first). `Work` counts the bytes of messages made, for a caller that bounds a response's work.
+
+The records are checked as `batch.iter_records_section` checks them (the count fills the records
+exactly, each length within what remains, offsets increasing within 64 bits, key, value and header
+lengths within the record); records below `min_offset` are checked only for their lengths (and, in a
+batch whose offsets have gaps, their offsets). In a batch with no gaps (the last offset delta is the
+count less one) the records below `min_offset` are the first ones, and records of one size are passed
+over many at a time (`_pass_over`), so a fetch from deep inside a batch of a million records costs
+milliseconds, not seconds.
 """
 
 from __future__ import annotations
