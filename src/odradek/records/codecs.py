@@ -17,6 +17,12 @@ much past it: gzip streams through zlib with `max_length`; snappy's declared len
 before allocating; lz4 goes block by block; zstd decompresses into a buffer grown geometrically up
 to the cap (a frame's declared content size, when present, is checked first). Every library error
 on bad input becomes ProtocolError.
+
+`iter_decompress` gives the same bytes a bounded piece at a time, for a reader that consumes them as
+they come (down-conversion, `downconvert`): gzip at most `piece_bytes` per piece, lz4 a block (at most
+4 MiB), snappy a xerial block (32 KiB as written by the clients; a raw snappy block whole), zstd and
+uncompressed data in pieces of `piece_bytes` (zstd decompressed whole first: callers that must bound
+it refuse zstd, as Kafka does for down-conversion).
 """
 
 from __future__ import annotations
@@ -79,6 +85,72 @@ def decompress(codec: int, data, *, max_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BY
     raise ProtocolError(f"unknown compression codec {codec}")
 
 
+def iter_decompress(codec: int, data, *, piece_bytes: int, max_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES):
+    """Yield the decompressed bytes of `data` in pieces (see the module docstring); more than
+    `max_bytes` in all raises DecompressionLimitError, bad data ProtocolError, when reached. `data` is
+    bytes-like, or an iterable of bytes-like pieces of it: gzip and uncompressed data are then taken a
+    piece at a time (so the whole of it is never held), the other codecs joined first."""
+    if isinstance(data, _BYTES_LIKE):
+        inputs = (memoryview(data)[start:start + _INPUT_PIECE] for start in range(0, len(data), _INPUT_PIECE))
+    elif codec in (GZIP, NONE):
+        inputs = iter(data)
+    else:
+        data = b"".join(data)
+    if codec == GZIP:
+        yield from _gzip_pieces(inputs, piece_bytes, max_bytes)
+    elif codec == NONE:
+        for chunk in inputs:
+            yield chunk
+    elif codec == LZ4:
+        yield from lz4frame.iter_decompress(data, max_bytes)
+    elif codec == SNAPPY:
+        yield from _snappy_pieces(data, max_bytes)
+    elif codec == ZSTD:
+        view = memoryview(decompress(codec, data, max_bytes=max_bytes))
+        for start in range(0, len(view), piece_bytes):
+            yield view[start:start + piece_bytes]
+    else:
+        raise ProtocolError(f"unknown compression codec {codec}")
+
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_INPUT_PIECE = 64 * 1024     # compressed bytes fed to zlib at a time: its unconsumed tail is a copy
+
+
+def _gzip_pieces(inputs, piece_bytes: int, max_bytes: int):
+    """One or more gzip members from the input pieces, at most `piece_bytes` of output at a time."""
+    total = 0
+    d = zlib.decompressobj(31)
+    fed = False                      # the current member has had input
+    started = False
+    for data in inputs:
+        pending = data
+        while pending or fed:
+            if pending:
+                fed = started = True
+            try:
+                out = d.decompress(pending, piece_bytes)
+            except zlib.error as e:
+                raise ProtocolError(f"gzip data corrupt: {e}") from None
+            total += len(out)
+            if total > max_bytes:
+                raise DecompressionLimitError(f"gzip data decompresses past the {max_bytes}-byte limit")
+            if out:
+                yield out
+            if d.eof:
+                pending = d.unused_data
+                d = zlib.decompressobj(31)
+                fed = False
+            elif d.unconsumed_tail:
+                pending = d.unconsumed_tail
+            elif out:
+                pending = b""            # output may still be held back by the limit
+            else:
+                break                    # this input is used up: the next piece
+    if fed or not started:
+        raise ProtocolError("gzip data truncated")
+
+
 def _gzip_decompress(data, max_bytes: int) -> bytes:
     parts = []
     total = 0
@@ -117,7 +189,8 @@ def _snappy_raw_length(block) -> int:
         raise ProtocolError(f"snappy data corrupt: {e}") from None
 
 
-def _snappy_decompress(data, max_bytes: int) -> bytearray:
+def _snappy_blocks(data) -> list:
+    """The raw snappy blocks of xerial-framed data, or the data as one raw block."""
     view = memoryview(data)
     if view[:8] == _XERIAL_MAGIC:
         if len(view) < 16:
@@ -134,8 +207,29 @@ def _snappy_decompress(data, max_bytes: int) -> bytearray:
                 raise ProtocolError("xerial snappy block length past the end of the data")
             blocks.append(view[pos:pos + size])
             pos += size
-    else:
-        blocks = [view]
+        return blocks
+    return [view]
+
+
+def _snappy_pieces(data, max_bytes: int):
+    total = 0
+    for block in _snappy_blocks(data):
+        n = _snappy_raw_length(block)
+        total += n
+        if total > max_bytes:
+            raise DecompressionLimitError(f"snappy data decompresses past the {max_bytes}-byte limit")
+        out = bytearray(n)
+        try:
+            written = cramjam.snappy.decompress_raw_into(block, out)
+        except cramjam.DecompressionError as e:
+            raise ProtocolError(f"snappy data corrupt: {e}") from None
+        if written != n:
+            raise ProtocolError("snappy block shorter than its declared length")
+        yield out
+
+
+def _snappy_decompress(data, max_bytes: int) -> bytearray:
+    blocks = _snappy_blocks(data)
     lengths = []
     total = 0
     for block in blocks:

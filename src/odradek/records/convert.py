@@ -18,9 +18,9 @@ wrapper with the batch's codec, or plain messages when it is uncompressed; zstd 
 magic 0/1, so zstd batches come out uncompressed (Kafka instead answers UNSUPPORTED_COMPRESSION_TYPE;
 the caller may check `batch.compression` first to do the same). Control batches are dropped, headers
 are dropped, magic 0 drops timestamps. Legacy entries whose magic is not above the target are copied.
-Offsets, keys, values and (magic 1) timestamps and timestamp types are preserved.
-`v2_to_legacy_prefix` converts a bounded piece at a time, for Fetch v0-3 responses converted while
-they are sent (KIP-283, `odradek.server.record_slices`).
+Offsets, keys, values and (magic 1) timestamps and timestamp types are preserved. A v2 batch is
+converted by `downconvert.legacy_pieces` as one piece; Fetch v0-3 responses convert a bounded piece
+at a time with it (KIP-283, `odradek.server.record_slices`), and refuse zstd batches as Kafka does.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import RecordBatch
 from odradek.records.builder import RecordBatchBuilder
+from odradek.records.downconvert import legacy_pieces
 from odradek.records.legacy_builder import LegacyBuilder
 from odradek.records.record_set import iter_batches
 from odradek.records.varint import INT32_MAX, INT64_MAX, INT64_MIN
@@ -118,13 +119,10 @@ def legacy_to_v2(buf, *, compression: int | None = None, base_offset: int | None
     return b"".join(out)
 
 
-def _legacy_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: int,
-                  min_offset: int | None = None) -> bytes:
+def _legacy_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: int) -> bytes:
+    """A magic 1 entry as magic 0 messages (a v2 batch goes through `legacy_pieces`)."""
     codec = batch.compression if batch.compression in codecs.LEGACY_CODECS else codecs.NONE
-    timestamp_type = batch.timestamp_type if magic == 1 else 0
-    log_append_time = batch.max_timestamp if timestamp_type == 1 else None  # batch is v2 here
-    builder = LegacyBuilder(magic, compression=codec, timestamp_type=timestamp_type,
-                            log_append_time=log_append_time)
+    builder = LegacyBuilder(magic, compression=codec)   # magic 0: no timestamps
     previous = None
     for record in batch.records(check_crc=check_crc, max_uncompressed_bytes=max_uncompressed_bytes):
         if previous is not None and record.offset <= previous:
@@ -132,8 +130,6 @@ def _legacy_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: in
         if record.offset > INT64_MAX or not INT64_MIN <= record.timestamp <= INT64_MAX:
             raise ProtocolError("record offset or timestamp does not fit in 64 bits")
         previous = record.offset
-        if min_offset is not None and record.offset < min_offset and codec == codecs.NONE:
-            continue
         builder.append(record.key, record.value, timestamp=record.timestamp, offset=record.offset)
     return builder.build() if len(builder) else b""
 
@@ -146,38 +142,19 @@ def v2_to_legacy(buf, magic: int, *, check_crc: bool = True,
                     for batch in iter_batches(buf, allow_partial_tail=allow_partial_tail))
 
 
-def v2_to_legacy_prefix(buf, magic: int, *, first_only: bool = False, min_offset: int | None = None,
-                        check_crc: bool = True, max_uncompressed_bytes: int = _DEFAULT_CAP
-                        ) -> tuple[bytes, int]:
-    """Down-convert the whole entries at the start of `buf`: (the legacy message set, how many bytes of
-    `buf` those entries took). A partial entry at the end is left for the next call; `first_only`
-    stops after the first entry that gives messages (KIP-283 sizes a lazily converted response by it:
-    control batches give none). Messages of uncompressed batches below `min_offset` (the fetch
-    offset) are left out, as Kafka's RecordsUtil.downConvert does; a compressed wrapper is kept whole."""
-    _check_magic(magic)
-    out: list[bytes] = []
-    used = 0
-    for batch in iter_batches(buf, allow_partial_tail=True):
-        converted = _down_convert_entry(batch, magic, check_crc, max_uncompressed_bytes, min_offset)
-        used = batch.pos + batch.size
-        if converted:
-            out.append(converted)
-            if first_only:
-                break
-    return b"".join(out), used
-
-
 def _check_magic(magic: int) -> None:
     if magic not in (0, 1):
         raise ValueError(f"legacy magic must be 0 or 1, not {magic}")
 
 
-def _down_convert_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: int,
-                        min_offset: int | None = None) -> bytes:
+def _down_convert_entry(batch, magic: int, check_crc: bool, max_uncompressed_bytes: int) -> bytes:
     if batch.magic <= magic:
         if check_crc:
             batch.ensure_valid()
         return bytes(batch.buf[batch.pos:batch.pos + batch.size])
     if batch.is_control:
         return b""
-    return _legacy_entry(batch, magic, check_crc, max_uncompressed_bytes, min_offset)
+    if isinstance(batch, RecordBatch):
+        return b"".join(legacy_pieces(batch, magic, piece_bytes=INT64_MAX, check_crc=check_crc,
+                                      max_uncompressed_bytes=max_uncompressed_bytes))
+    return _legacy_entry(batch, magic, check_crc, max_uncompressed_bytes)

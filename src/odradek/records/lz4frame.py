@@ -142,12 +142,21 @@ def _read_descriptor(buf, end: int) -> tuple[int, int, int]:
 
 def decompress(data, max_bytes: int) -> bytearray:
     """Decompress one frame; more than max_bytes of output raises ProtocolError."""
+    out = bytearray()
+    for block in iter_decompress(data, max_bytes):
+        out += block
+    return out
+
+
+def iter_decompress(data, max_bytes: int):
+    """Decompress one frame a block at a time (each at most the frame's block maximum, 4 MiB): yields
+    the blocks' bytes; more than max_bytes in all raises ProtocolError before the block is yielded."""
     buf = memoryview(data)
     end = len(buf)
     flg, block_max, pos = _read_descriptor(buf, end)
     block_checksum = 4 if flg & 0x10 else 0
     prefix = _I32.pack(block_max)
-    out = bytearray()
+    total = 0
     while True:
         size = _read_u32(buf, pos, end, "block size")
         pos += 4
@@ -160,19 +169,18 @@ def decompress(data, max_bytes: int) -> bytearray:
         block = buf[pos:pos + size]
         pos += size + block_checksum
         if stored:
-            produced = size
+            chunk = block
         else:
             try:
                 # the size prefix caps output at the block maximum; the call returns what it wrote
                 chunk = cramjam.lz4.decompress_block(prefix + block)
             except cramjam.DecompressionError as e:
                 raise ProtocolError(f"lz4 block corrupt: {e}") from None
-            produced = len(chunk)
-        if len(out) + produced > max_bytes:
+        total += len(chunk)
+        if total > max_bytes:
             raise DecompressionLimitError(f"lz4 data decompresses past the {max_bytes}-byte limit")
-        out += block if stored else chunk
+        yield chunk
     if flg & 0x04:
         pos += 4
     if pos != end:
         raise ProtocolError("lz4 frame truncated or followed by stray bytes")
-    return out

@@ -14,15 +14,34 @@ write. Either way
 the bytes are never decoded by Python.
 
 `LegacyRecords` (Fetch v0-3, whose readers know only magic 0/1 messages): the v2 batches are
-down-converted lazily while the response is written (KIP-283), `CONVERT_CHUNK_BYTES` of stored batches
-at a time on the broker's worker pool, so neither the range nor its conversion is ever whole in memory
-and the event loop only moves bytes. The size prefix goes out first, so the size is fixed before the
-conversion, by Kafka's rule: the larger of the stored bytes and the first converted batch, so a reader
-always gets at least that batch whole. The converted stream is cut at that size (readers ignore a
-partial message at the end of a message set and fetch it again); if it runs short, the rest is an
-"overflow" entry, offset -1 with a message size pointing past the end, which readers ignore the same
-way. Between pieces the sender waits for the transport to drain (the protocol's `drained` event), so a
-slow reader holds one piece, not the response.
+down-converted lazily while the response is written (KIP-283), a step at a time on the worker pool's
+conversion lane (`workers.CONVERSION_LANE`: at most a share of the threads, steps taken in turn), so
+neither the range nor its conversion is ever whole in memory, and the event loop only moves bytes.
+Within a batch too (`records.downconvert`): a batch of a million records is decompressed as it is
+read and converted a piece of about `CONVERT_CHUNK_BYTES` of messages at a time, from a cursor in the
+batch held between steps, and records below the fetch offset are passed over by their lengths. What
+one response holds is one stored batch and a piece. What it costs is in proportion to its size: the
+stored bytes it covers are at most its size, and the messages it makes at most `CONVERTED_PER_SENT`
+times its size before compression (a gzip wrapper of small records can be a tenth of its messages or
+less: past that, the rest of the response is padding, and the reader fetches the next records anew).
+
+The size prefix goes out first, so the size is fixed before the conversion, by Kafka's rule: the
+larger of the stored bytes and the first converted piece (Kafka's first converted batch; a piece holds
+at least one whole message or wrapper), so a reader always gets that whole and goes on. The converted
+stream is cut at that size (readers ignore a partial message at the end of a message set and fetch
+it again, from inside the batch: the conversion starts at that offset); if it runs short, the rest is
+an "overflow" entry, offset -1 with a message size pointing past the end, which readers ignore the
+same way. Between pieces the sender waits for the transport to drain (the protocol's `drained`
+event), so a slow reader holds one piece, not the response.
+
+zstd batches are refused, as Kafka refuses them (RecordsUtil.downConvert throws
+UnsupportedCompressionTypeException; KafkaApis answers UNSUPPORTED_COMPRESSION_TYPE for the
+partition, and LazyDownConversionRecordsSend ends a response at a later zstd batch with an overflow
+entry): magic 0/1 cannot carry zstd, and as plain messages a zstd batch grows about fortyfold, so a
+reader would fetch it again and again from inside. `convert_first` raises
+`UnsupportedCompressionForLegacy` when the first batch to convert is zstd; a later one ends the
+stream, the rest is padding, and the reader's next fetch starts there and gets the error. Other
+codecs are converted in pieces: gzip, snappy and lz4 batches as one wrapper of that codec per piece.
 """
 
 from __future__ import annotations
@@ -32,11 +51,18 @@ import errno
 import logging
 import os
 import struct
+from typing import Generator, Iterator
+
+from crc32c import crc32c
 
 from odradek.protocol.exceptions import ProtocolError
-from odradek.records.convert import v2_to_legacy_prefix
+from odradek.records import codecs
+from odradek.records.batch import RecordBatch
+from odradek.records.convert import v2_to_legacy
+from odradek.records.downconvert import BatchFields, Work, convert_records, legacy_pieces
+from odradek.records.header import ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, HEADER_SIZE, MAGIC_OFFSET
 from odradek.storage.errors import StorageError
-from odradek.server.workers import Workers
+from odradek.server.workers import CONVERSION_LANE, Workers
 from odradek.storage.fileslice import FileSlice
 
 log = logging.getLogger("odradek.fetch")
@@ -44,15 +70,15 @@ log = logging.getLogger("odradek.fetch")
 SENDFILE_MIN_BYTES = 64 * 1024
 PREAD_PIECE_BYTES = 1024 * 1024       # stored bytes copied per write when not using sendfile
 DIRECT_PIECE_BYTES = 64 * 1024       # copied through the transport while the socket is full
-CONVERT_CHUNK_BYTES = 128 * 1024      # stored bytes down-converted per step (Kafka's MAX_READ_SIZE)
-FIRST_WINDOW_BYTES = 16 * 1024        # read to find the first batch that converts to messages
+CONVERT_CHUNK_BYTES = 128 * 1024      # converted bytes per step (Kafka's MAX_READ_SIZE is of stored bytes)
+STEP_TICKS = 8                        # stretches of skipped records (downconvert.STEP_RECORDS) per step
+CONVERTED_PER_SENT = 2                # messages made per byte of the answer, at most (before compression)
 LOG_OVERHEAD = 12                     # offset int64 + size int32 in front of every entry
 _ENTRY_HEAD = struct.Struct(">qi")
+Pieces = Generator[tuple[bytes, bool], None, None]   # (converted piece, whether it ends its batch)
+_BATCH_HEAD = struct.Struct(">q13xhi")   # base offset, attributes, last offset delta (header layout)
 _INT32_MAX = 2**31 - 1
 _ZEROS = bytes(64 * 1024)
-
-Cursor = tuple[int, int]  # (index of the slice, file position of the next entry in it)
-
 
 def native_sendfile(loop: asyncio.AbstractEventLoop) -> bool:
     """asyncio's own selector loop sends files natively; uvloop's loop.sendfile would fall back to
@@ -167,66 +193,78 @@ def inlined(chunks: list) -> list:
     return chunks if out is None else out
 
 
+class UnsupportedCompressionForLegacy(Exception):
+    """The first batch to convert is zstd, which magic 0/1 messages cannot carry (Kafka:
+    UNSUPPORTED_COMPRESSION_TYPE for the partition)."""
+
+
 class LegacyRecords:
     """Fetch v0-3: the batches of `slices` as magic `magic` messages, converted while sent. Build with
     `convert_first`, which fixes the size."""
 
-    __slots__ = ("slices", "magic", "fetch_offset", "workers", "size", "_first", "_cursor")
+    __slots__ = ("workers", "size", "_first", "_pieces", "_work")
 
-    def __init__(self, slices: list[FileSlice], magic: int, fetch_offset: int, workers: Workers, first: bytes,
-                 cursor: Cursor, size: int) -> None:
-        self.slices = slices
-        self.magic = magic
-        self.fetch_offset = fetch_offset
+    def __init__(self, workers: Workers, first: bytes, pieces: Pieces, size: int, work: Budget) -> None:
         self.workers = workers
         self.size = size
         self._first: bytes | None = first
-        self._cursor = cursor
+        self._pieces = pieces
+        self._work = work
+        work.limit = work.converted + CONVERTED_PER_SENT * size
 
     @classmethod
     async def convert_first(cls, slices: list[FileSlice], magic: int, fetch_offset: int,
                             workers: Workers) -> LegacyRecords | None:
-        """Convert the first batch that gives messages (on the worker pool) and size the response by
-        it; None when no batch does (only control batches: a legacy reader sees nothing). Raises
-        ProtocolError or StorageError when that batch cannot be read or converted."""
-        first, cursor = await workers.run(convert_step, slices, (0, slices[0].position), magic,
-                                          fetch_offset, FIRST_WINDOW_BYTES, True)
-        if not first:
-            return None
+        """Convert the first piece that gives messages (on the worker pool's conversion lane, a bounded
+        step at a time) and size the response by it; None when nothing does (only control batches: a
+        legacy reader sees nothing). Raises UnsupportedCompressionForLegacy when that batch is zstd, and
+        ProtocolError or StorageError when it cannot be read or converted."""
+        lane = workers.lane(CONVERSION_LANE)
+        work = Budget()
+        pieces = legacy_stream(slices, magic, fetch_offset, CONVERT_CHUNK_BYTES, work)
+        while True:
+            first = await lane.run(convert_step, pieces, work, CONVERT_CHUNK_BYTES, True)
+            if first is None:
+                return None
+            if first:
+                break
         stored = sum(s.length for s in slices)
-        return cls(slices, magic, fetch_offset, workers, first, cursor, max(stored, len(first)))
+        return cls(lane, first, pieces, max(stored, len(first)), work)
 
     async def send(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop,
                    use_sendfile: bool) -> None:
         remaining = self.size
         pending, self._first = self._first, None
-        cursor = self._cursor
-        while remaining > 0:
-            if pending is None:
-                pending, cursor = await self._convert_next(cursor)
-                if pending is None:
-                    await _write_overflow(transport, remaining)
-                    return
-            piece = memoryview(pending)[:remaining]
-            transport.write(piece)
-            remaining -= len(piece)
-            pending = None
-            await _drained(transport)
-
-    async def _convert_next(self, cursor: Cursor) -> tuple[bytes | None, Cursor]:
-        done = (len(self.slices), 0)
-        if cursor[0] >= len(self.slices):
-            return None, done
         try:
-            out, cursor = await self.workers.run(convert_step, self.slices, cursor, self.magic,
-                                                 self.fetch_offset, CONVERT_CHUNK_BYTES, False)
+            while remaining > 0:
+                if pending is None:
+                    pending = await self._convert_next()
+                    if pending is None:
+                        await _write_overflow(transport, remaining)
+                        return
+                    if not pending:
+                        pending = None        # a step that only skipped records: go on
+                        continue
+                piece = memoryview(pending)[:remaining]
+                transport.write(piece)
+                remaining -= len(piece)
+                pending = None
+                await _drained(transport)
+        finally:
+            try:
+                self._pieces.close()       # frees the batch held, when the response stops early
+            except ValueError:
+                pass                       # still running on a worker (the send was cancelled)
+
+    async def _convert_next(self) -> bytes | None:
+        try:
+            return await self.workers.run(convert_step, self._pieces, self._work, CONVERT_CHUNK_BYTES, False)
         except (ProtocolError, StorageError, OSError, ValueError) as e:
             # The size is on the wire already: what is left becomes an overflow entry, and the reader
             # fetches again from the batch that failed (and gets the error then, from convert_first).
             # ValueError: the segment file was closed under the response (deleted without delay).
             log.warning("down-conversion stopped mid-response, the rest is padding: %s", e)
-            return None, done
-        return (out or None), cursor
+            return None
 
 
 async def _write_overflow(transport: asyncio.WriteTransport, remaining: int) -> None:
@@ -241,38 +279,107 @@ async def _write_overflow(transport: asyncio.WriteTransport, remaining: int) -> 
         await _drained(transport)
 
 
-def convert_step(slices: list, cursor: Cursor, magic: int, fetch_offset: int, window_bytes: int,
-                 first_only: bool) -> tuple[bytes, Cursor]:
-    """Down-convert about `window_bytes` of stored batches from `cursor` (at least one whole batch,
-    more while they give no messages): (the legacy messages, the cursor after them); b"" at the end.
-    Messages below `fetch_offset` in uncompressed batches are left out (records/convert.py). Reads
-    files only, so it runs on a worker thread."""
-    i, pos = cursor
-    while i < len(slices):
-        s = slices[i]
-        end = s.position + s.length
-        if pos < end:
-            window = _whole_entries(s, pos, end, window_bytes)
-            out, used = v2_to_legacy_prefix(window, magic, first_only=first_only, min_offset=fetch_offset)
-            if used <= 0:
-                raise ProtocolError(f"no whole batch at {s.path}:{pos}")
-            pos += used
-            if out:
-                return out, (i, pos)
-            continue
-        i += 1
-        pos = slices[i].position if i < len(slices) else 0
-    return b"", (i, pos)
+def convert_step(pieces: Iterator[tuple[bytes, bool]], work: Work, want_bytes: int, first_only: bool
+                 ) -> bytes | None:
+    """One step of a conversion (`legacy_stream`): the pieces that come until they hold `want_bytes`,
+    until they made `want_bytes` of messages (compressed wrappers are smaller), until `STEP_TICKS`
+    stretches of records only skipped, or (`first_only`) until the end of the first batch that gives
+    messages; None at the end. Runs on a worker thread."""
+    out = []
+    n = 0
+    ticks = 0
+    made = work.converted + want_bytes
+    for piece, batch_end in pieces:
+        if piece:
+            out.append(piece)
+            n += len(piece)
+        else:
+            ticks += 1
+        if n >= want_bytes or work.converted >= made or (first_only and n and batch_end) or ticks >= STEP_TICKS:
+            return b"".join(out)
+    return b"".join(out) if out else None
 
 
-def _whole_entries(s: FileSlice, pos: int, end: int, window_bytes: int) -> bytes:
-    """About `window_bytes` from `pos` (a batch start) inside the slice, ending with whole batches
-    (at least the first one, however large)."""
-    buf = FileSlice(s.file, pos, min(max(window_bytes, LOG_OVERHEAD), end - pos)).read()
-    if len(buf) >= LOG_OVERHEAD:
-        size = LOG_OVERHEAD + _ENTRY_HEAD.unpack_from(buf)[1]
-        if size > len(buf):
+class Budget(Work):
+    """A conversion's work so far and its limit: the stream ends once `converted` passes `limit`."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.limit = 2**63 - 1
+
+
+def legacy_stream(slices: list[FileSlice], magic: int, fetch_offset: int, piece_bytes: int,
+                  work: Budget | None = None) -> Pieces:
+    """The entries of `slices` converted to magic `magic` messages: (piece, whether it ends its batch),
+    a piece of about `piece_bytes` at a time (`downconvert.legacy_pieces`; b"" after a stretch of
+    records only skipped). Control batches and batches wholly below `fetch_offset` are passed over
+    by their header; a zstd batch ends the stream, or raises UnsupportedCompressionForLegacy when
+    nothing came before it; so does `work` passing its limit (compressed wrappers can hold many times
+    their size in messages: the conversion's work stays in proportion to the answer's size). Holds one
+    stored batch and its current piece; reads files only."""
+    work = work or Budget()
+    given = False
+    for s in slices:
+        pos, end = s.position, s.position + s.length
+        while pos < end:
+            head = FileSlice(s.file, pos, min(HEADER_SIZE, end - pos)).read()
+            if len(head) < MAGIC_OFFSET + 1:
+                raise ProtocolError(f"entry at {s.path}:{pos} too short to hold its magic byte")
+            size = LOG_OVERHEAD + _ENTRY_HEAD.unpack_from(head)[1]
             if not LOG_OVERHEAD < size <= end - pos:
                 raise ProtocolError(f"batch of {size} bytes at {s.path}:{pos} runs past its slice")
-            buf = FileSlice(s.file, pos, size).read()
-    return buf
+            if head[MAGIC_OFFSET] == 2:
+                if len(head) < HEADER_SIZE:
+                    raise ProtocolError(f"batch header at {s.path}:{pos} truncated")
+                base_offset, attributes, last_delta = _BATCH_HEAD.unpack_from(head)
+                if attributes & CONTROL_MASK or base_offset + last_delta < fetch_offset:
+                    pos += size
+                    continue
+                if attributes & COMPRESSION_MASK == codecs.ZSTD:
+                    if given:
+                        return
+                    raise UnsupportedCompressionForLegacy(
+                        f"down-conversion of zstd batches is not supported (offset {base_offset})")
+                if attributes & COMPRESSION_MASK in (codecs.NONE, codecs.GZIP):
+                    # read from the file as the conversion goes: the batch is never held whole
+                    fields = BatchFields(head)
+                    _check_crc(s, pos, size, fields.crc, base_offset)
+                    pieces = convert_records(fields, _file_pieces(s, pos + HEADER_SIZE, pos + size), magic,
+                                             piece_bytes=piece_bytes, min_offset=fetch_offset, work=work)
+                else:
+                    batch = RecordBatch(FileSlice(s.file, pos, size).read())
+                    pieces = legacy_pieces(batch, magic, piece_bytes=piece_bytes, min_offset=fetch_offset,
+                                           work=work)
+                for piece in pieces:
+                    given = given or bool(piece)
+                    yield piece, False
+                    if work.converted > work.limit:
+                        return
+            else:
+                piece = v2_to_legacy(FileSlice(s.file, pos, size).read(), magic)
+                given = given or bool(piece)
+                yield piece, False
+            pos += size
+            yield b"", True
+
+
+
+
+READ_PIECE_BYTES = 64 * 1024          # stored bytes read at a time by a conversion
+
+
+def _file_pieces(s: FileSlice, pos: int, end: int) -> Iterator[bytes]:
+    for at in range(pos, end, READ_PIECE_BYTES):
+        yield FileSlice(s.file, at, min(READ_PIECE_BYTES, end - at)).read()
+
+
+def _check_crc(s: FileSlice, pos: int, size: int, stored: int, base_offset: int) -> None:
+    """The batch's CRC-32C, read a piece at a time (as `BatchHeader.ensure_valid` checks it)."""
+    crc = 0
+    for piece in _file_pieces(s, pos + ATTRIBUTES_OFFSET, pos + size):
+        crc = crc32c(piece, crc)
+    if crc != stored:
+        raise ProtocolError(f"record batch at offset {base_offset} is corrupt: stored crc {stored:#010x}, "
+                            f"computed {crc:#010x}")

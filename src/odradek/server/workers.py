@@ -10,6 +10,16 @@ in the kernel) instead of growing a queue.
 The GIL still lets the loop thread run every `sys.getswitchinterval()` (5 ms) while a worker holds it,
 and the heavy parts (zlib, cramjam, numpy, file I/O) release it, so an unrelated client's request is
 answered while a worker grinds.
+
+Lanes share the pool fairly: `lane(name)` is a view of the pool through which at most `LANE_SHARE` of
+its threads (at least one, fewer than all when there are two or more; one of the default eight) run
+that kind of work at once, admitted first come, first served. Down-conversion for old consumers (`CONVERSION_LANE`) goes through
+one, a bounded step per call: any number of conversions, from any number of connections, take turns
+on the lane's threads a step each, and the other threads stay free for everything else (a
+producer's validation, index lookups), so one client's conversions never starve another's requests.
+Conversion is Python work that holds the GIL, so more threads would not convert faster, only make
+the event loop wait longer for the GIL. (Kafka shares its request handler threads and offers
+`message.downconversion.enable` to turn conversion off.)
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ import functools
 from typing import Any, Callable, Protocol, TypeVar
 
 T = TypeVar("T")
+
+CONVERSION_LANE = "down-conversion"
+LANE_SHARE = 0.125     # of the threads, for one lane's work at once
 
 
 class WorkerPool:
@@ -35,6 +48,7 @@ class WorkerPool:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
         self._admitted: asyncio.Semaphore | None = None
         self._closed = False
+        self._lanes: dict[str, Lane] = {}
 
     @property
     def admitted_max(self) -> int:
@@ -52,16 +66,50 @@ class WorkerPool:
         async with self._admitted:
             return await loop.run_in_executor(self._executor, call)
 
+    def lane(self, name: str) -> "Lane":
+        """The pool as seen by one kind of work: at most `lane_threads` of its calls at once."""
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = Lane(self, lane_threads(self.threads))
+        return lane
+
     def close(self) -> None:
         """Stop admitting work; threads finish what they hold, without blocking the caller."""
         self._closed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def lane_threads(threads: int) -> int:
+    """How many of `threads` one lane may use at once: `LANE_SHARE` of them, at least one, and one
+    less than all when there are two or more."""
+    return max(1, min(threads - 1, int(threads * LANE_SHARE)))
+
+
+class Lane:
+    """A kind of work on a pool: its calls wait their turn (first come, first served) for one of
+    `limit` places, then run on the pool as any call does."""
+
+    def __init__(self, pool: WorkerPool, limit: int) -> None:
+        self.pool = pool
+        self.limit = limit
+        self._places: asyncio.Semaphore | None = None
+
+    async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
+        if self._places is None:
+            self._places = asyncio.Semaphore(self.limit)
+        async with self._places:
+            return await self.pool.run(fn, *args, **kwargs)
+
+    def lane(self, name: str) -> "Lane":
+        return self.pool.lane(name)
+
+
 class Workers(Protocol):
     """What callers need of a pool: `WorkerPool`, or `InlinePool` in tests."""
 
     async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T: ...
+
+    def lane(self, name: str) -> "Workers": ...
 
 
 def inline_pool() -> "InlinePool":
@@ -76,6 +124,9 @@ class InlinePool:
 
     async def run(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> T:
         return fn(*args, **kwargs)
+
+    def lane(self, name: str) -> "InlinePool":
+        return self
 
     def close(self) -> None:
         pass

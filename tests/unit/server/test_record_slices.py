@@ -132,3 +132,96 @@ def test_a_batch_that_fails_mid_response_ends_it_with_padding(tmp_path, monkeypa
     assert len(t.data) == rec.size
     assert [m.offset for m in messages(t.data)] == [0, 1, 2, 3, 4, 5]
     assert "down-conversion stopped" in caplog.text
+
+
+def append_built(log, data: bytes) -> None:
+    log.append(bytearray(data), 0, now_ms=0)
+
+
+def test_a_zstd_batch_is_refused_first_and_ends_the_response_later(tmp_path):
+    """Kafka's RecordsUtil.downConvert refuses zstd batches (UNSUPPORTED_COMPRESSION_TYPE): a response
+    that starts with one is refused; one after convertible batches ends the conversion there (the rest
+    is padding), so the reader gets what came before and then the error from that batch."""
+    from odradek.records import GZIP, ZSTD, RecordBatchBuilder
+    from odradek.server.record_slices import UnsupportedCompressionForLegacy
+
+    log = open_log(tmp_path, segment_bytes=10**7)
+    for codec, n in ((GZIP, 3), (ZSTD, 4), (GZIP, 2)):
+        b = RecordBatchBuilder(compression=codec)
+        for i in range(n):
+            b.append(None, b"%d" % i, timestamp=1_000)
+        append_built(log, b.build())
+    rec, slices = legacy(log, 0, 10**7)
+    t = send(rec)
+    assert len(t.data) == rec.size == sum(s.length for s in slices)
+    assert [m.offset for m in messages(t.data)] == [0, 1, 2]
+    with pytest.raises(UnsupportedCompressionForLegacy):
+        legacy(log, 3, 10**7)
+    rec, _ = legacy(log, 7, 10**7)
+    assert [m.offset for m in messages(send(rec).data)] == [7, 8]
+
+
+class CountingPool:
+    """Runs calls inline; counts them and the largest result."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.largest = 0
+
+    async def run(self, fn, *args, **kwargs):
+        self.calls += 1
+        out = fn(*args, **kwargs)
+        self.largest = max(self.largest, len(out or b""))
+        return out
+
+    def lane(self, name: str):
+        return self
+
+
+@pytest.mark.parametrize("codec_name", ["none", "gzip", "lz4"])
+def test_one_large_batch_is_converted_in_bounded_steps_from_the_fetch_offset(tmp_path, monkeypatch, codec_name):
+    """One stored batch of 60,000 records: each worker call converts about CONVERT_CHUNK_BYTES (at most a piece more),
+    the answer is the stored size (plain messages are larger than the records: the stream is cut
+    there), and a fetch from inside the batch starts at its offset."""
+    from odradek.records import GZIP, LZ4, NONE, RecordBatchBuilder
+
+    monkeypatch.setattr(record_slices, "CONVERT_CHUNK_BYTES", 16 * 1024)
+    log = open_log(tmp_path, segment_bytes=10**8)
+    b = RecordBatchBuilder(compression={"none": NONE, "gzip": GZIP, "lz4": LZ4}[codec_name])
+    for i in range(60_000):
+        b.append(None, b"value-%d" % i, timestamp=1_000 + i)
+    append_built(log, b.build())
+    for fetch_offset in (0, 31_000):
+        pool = CountingPool()
+        slices = log.read(fetch_offset, 10**8)
+        rec = asyncio.run(LegacyRecords.convert_first(slices, 1, fetch_offset, pool))
+        stored = sum(s.length for s in slices)
+        assert rec.size == stored
+        got = messages(send(rec).data)
+        offsets = [m.offset for m in got]
+        assert offsets == list(range(fetch_offset, fetch_offset + len(offsets))) and len(offsets) > 1_000
+        assert [m.value for m in got[:3]] == [b"value-%d" % o for o in offsets[:3]]
+        assert pool.calls > 3 and pool.largest < 2 * 16 * 1024    # a step: what it wants and one piece more
+
+
+def test_an_answer_makes_at_most_twice_its_size_in_messages(tmp_path):
+    """A gzip batch of 100,000 alike records is a small fraction of its messages: the answer (the stored
+    size) carries messages of at most CONVERTED_PER_SENT times its size, then padding, and the next
+    fetch, from the first offset it lacks, goes on from there."""
+    from odradek.records import GZIP, RecordBatchBuilder
+
+    log = open_log(tmp_path, segment_bytes=10**8)
+    b = RecordBatchBuilder(compression=GZIP)
+    for i in range(100_000):
+        b.append(None, b"x" * 20, timestamp=1_000)
+    append_built(log, b.build())
+    rec, slices = legacy(log, 0, 10**8)
+    data = send(rec).data
+    assert len(data) == rec.size == sum(s.length for s in slices)
+    got = messages(data)
+    made = sum(34 + 20 for _ in got)
+    # the first piece (made before the size is known) and the piece that passes the limit come on top
+    assert 0 < made <= record_slices.CONVERTED_PER_SENT * rec.size + 2 * record_slices.CONVERT_CHUNK_BYTES
+    assert [m.offset for m in got] == list(range(len(got))) and len(got) < 100_000
+    rec, _ = legacy(log, len(got), 10**8)
+    assert messages(send(rec).data)[0].offset == len(got)

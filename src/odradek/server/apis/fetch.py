@@ -21,7 +21,8 @@
 - Versions 0-3 predate record batch v2: their records are down-converted to magic 0 (v0-1) or 1
   (v2-3) lazily, a bounded chunk at a time on the worker pool while the response is sent (KIP-283,
   `record_slices.LegacyRecords`); a topic with `message.downconversion.enable=false` answers
-  UNSUPPORTED_VERSION to them instead. A range of control batches only converts to nothing: it is
+  UNSUPPORTED_VERSION to them instead, and a zstd batch UNSUPPORTED_COMPRESSION_TYPE (Kafka's
+  RecordsUtil.downConvert refuses it). A range of control batches only converts to nothing: it is
   answered empty (Kafka sends an overflow entry that readers report as an error) and counts for
   nothing against `min_bytes`, so such a reader waits for data like any other.
 """
@@ -38,7 +39,7 @@ from odradek.server.context import RequestContext
 from odradek.server.fetch_session import FetchSession, Wanted
 from odradek.server.metadata_cache import MetadataImage
 from odradek.server.partition import READ_COMMITTED
-from odradek.server.record_slices import LegacyRecords, RecordSlices
+from odradek.server.record_slices import LegacyRecords, RecordSlices, UnsupportedCompressionForLegacy
 from odradek.storage.errors import StorageError
 
 log = logging.getLogger("odradek.fetch")
@@ -141,6 +142,10 @@ async def down_convert(ctx: RequestContext, wanted: Wanted, responses: list[m.Fe
                 try:
                     converted = await LegacyRecords.convert_first(pd.records.slices, magic, fp.fetch_offset,
                                                                   ctx.workers)
+                except UnsupportedCompressionForLegacy:
+                    pd.error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE     # zstd, as Kafka answers
+                    converted = None
+                    any_error = True
                 except (ProtocolError, StorageError, OSError) as e:
                     log.error("down-converting %s-%d failed: %s", topic_resp.topic, pd.partition_index, e)
                     pd.error_code = (ErrorCode.CORRUPT_MESSAGE if isinstance(e, ProtocolError)
