@@ -20,7 +20,10 @@ interpreter and cannot be interrupted, so its cost is bounded before it starts):
   more than about 10 ms;
 - `MAX_PROGRAM_BYTES` (RE2's `max_mem`, 256 KiB) for the compiled program and its automaton caches:
   a larger program is refused ("pattern too large"), and a regex whose automaton outgrows its cache
-  falls back to RE2's NFA, still linear in the name.
+  falls back to RE2's NFA, still linear in the name;
+- at most `MAX_PROGRAM_SIZE` (8192) instructions in the compiled program: RE2's NFA costs about the
+  name's length times the program's size, so one name of 249 characters is matched in some tens of
+  milliseconds at worst (a topic list of 4 KiB of names and prefixes compiles to under 2,000).
 
 Matching many names is done in slices (`match_in_slices`): a generator that yields after about
 `SLICE_STEPS` units of work, estimated per name as its length times the program's size (RE2's worst
@@ -42,6 +45,8 @@ MAX_REGEX_BYTES = 4096
 MAX_REPEAT_TOTAL = 1000
 MAX_UNICODE_CLASSES = 16
 MAX_PROGRAM_BYTES = 256 * 1024
+MAX_PROGRAM_SIZE = 8192
+MAX_CAUSE_CHARS = 200
 COMPILED_CACHE = 64
 SLICE_STEPS = 250_000            # about 1-10 ms of matching, depending on how well RE2's DFA does
 CALL_STEPS = 200                 # the fixed cost of one match call, in the same units
@@ -113,9 +118,13 @@ def compile_regex(regex: str) -> TopicRegex:
         compiled = re2.compile(regex, _OPTIONS)
     except re2.error as e:
         why = e.args[0] if e.args else "refused"
-        raise _invalid(regex, why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)) from None
+        cause = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        raise _invalid(regex, cause[:MAX_CAUSE_CHARS]) from None      # RE2's cause may quote all of it
     except UnicodeEncodeError as e:
         raise _invalid(regex, f"it is not valid UTF-8 ({e.reason})") from None
+    if compiled.programsize > MAX_PROGRAM_SIZE:
+        raise _invalid(regex, f"pattern too large: it compiles to {compiled.programsize} instructions, more than "
+                              f"the {MAX_PROGRAM_SIZE} accepted")
     return TopicRegex(regex, compiled.programsize, compiled)
 
 

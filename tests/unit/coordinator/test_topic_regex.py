@@ -11,7 +11,7 @@ from odradek.coordinator import topic_regex
 from odradek.coordinator.consumer_group import TopicsView
 from odradek.coordinator.consumer_records import TopicMeta
 from odradek.coordinator.topic_regex import (
-    MAX_REGEX_BYTES, MAX_REPEAT_TOTAL, MAX_UNICODE_CLASSES, RegexError, compile_regex, match_in_slices, matching,
+    MAX_PROGRAM_SIZE, MAX_REGEX_BYTES, MAX_REPEAT_TOTAL, MAX_UNICODE_CLASSES, RegexError, compile_regex, match_in_slices, matching,
 )
 from odradek.protocol.error_codes import ErrorCode
 from tests.unit.coordinator.harness import Harness
@@ -106,8 +106,23 @@ def test_counted_repetitions_and_unicode_classes_are_bounded_before_compiling():
 
 def test_a_program_too_large_for_its_memory_is_refused():
     """RE2's `max_mem`: a program bigger than `MAX_PROGRAM_BYTES` is refused, not built."""
-    with pytest.raises(RegexError, match="pattern too large"):
+    with pytest.raises(RegexError, match="pattern too large - compile failed"):
         compile_regex("(?:(?:(?:[a-z]{0,10}){0,10}){0,9})" * 30)
+
+
+def test_a_program_of_too_many_instructions_is_refused():
+    """Matching a name costs up to its length times the program's size: the size is bounded."""
+    assert compile_regex("[^x]{0,800}").program_size <= MAX_PROGRAM_SIZE   # a class is 9 UTF-8 instructions
+    with pytest.raises(RegexError, match=f"instructions, more than the {MAX_PROGRAM_SIZE} accepted"):
+        compile_regex("[^x]{0,1000}")
+
+
+def test_re2s_cause_is_cut_short_where_it_quotes_the_whole_pattern():
+    regex = "(" + "a" * 4000
+    with pytest.raises(RegexError) as e:
+        compile_regex(regex)
+    assert str(e.value) == (f"SubscribedTopicRegex `{regex}` is not a valid regular expression: "
+                            f"{('missing ): ' + regex)[:topic_regex.MAX_CAUSE_CHARS]}.")
 
 
 def test_compiled_patterns_are_cached():
