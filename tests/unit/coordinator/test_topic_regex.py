@@ -6,6 +6,8 @@ classes, program memory) refused before any work; matching over many names in sl
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from odradek.coordinator import topic_regex
 from odradek.coordinator.consumer_group import TopicsView
@@ -110,11 +112,13 @@ def test_a_program_too_large_for_its_memory_is_refused():
         compile_regex("(?:(?:(?:[a-z]{0,10}){0,10}){0,9})" * 30)
 
 
-def test_a_program_of_too_many_instructions_is_refused():
-    """Matching a name costs up to its length times the program's size: the size is bounded."""
+def test_a_program_of_too_many_instructions_is_refused(monkeypatch):
+    """Matching a name costs up to its length times the program's size: the size is bounded. RE2's own
+    limit under `MAX_PROGRAM_BYTES` stops about there; the explicit bound is checked with a lower one."""
     assert compile_regex("[^x]{0,800}").program_size <= MAX_PROGRAM_SIZE   # a class is 9 UTF-8 instructions
-    with pytest.raises(RegexError, match=f"instructions, more than the {MAX_PROGRAM_SIZE} accepted"):
-        compile_regex("[^x]{0,1000}")
+    monkeypatch.setattr(topic_regex, "MAX_PROGRAM_SIZE", 1000)
+    with pytest.raises(RegexError, match="compiles to 1804 instructions, more than the 1000 accepted"):
+        compile_regex("[^x]{0,200}")
 
 
 def test_re2s_cause_is_cut_short_where_it_quotes_the_whole_pattern():
@@ -149,3 +153,30 @@ def test_a_heavier_pattern_gets_smaller_slices():
     assert heavy.program_size > 10 * light.program_size
     names = ["ab" * 20] * 100
     assert len(list(match_in_slices(heavy, names, []))) > len(list(match_in_slices(light, names, [])))
+
+
+# Pieces of patterns for the property below: anchors, classes that include a newline, flags, alternation.
+PIECES = ["a", "b", "ab", "-", "\\.", ".", ".*", ".+", "[^a]", "[^a]*", "\\s*", "\\S", "\\w+", "\\W", "\\n", "\\pL",
+          "[\\x00-\\x{10FFFF}]", "(?s:.)", "(?s).*", "^", "$", "\\b", "\\B", "\\A", "\\z", "(?-m:^)", "(?-m:$)",
+          "(?i)A", "(?U)a+", "(a|b)", "(?:ab|a)", "|", "a?", "(?P<n>b)", "[[:alpha:]]", "\\d", "x*"]
+NAME_CHARS = "ab-.x1"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=6),
+       st.lists(st.text(NAME_CHARS, min_size=1, max_size=8), min_size=1, max_size=12, unique=True))
+def test_matching_a_list_in_one_pass_finds_exactly_the_names_matched_one_by_one(pieces, names):
+    regex = "".join(pieces)
+    try:
+        pattern = compile_regex(regex)
+    except RegexError:
+        return
+    assert pattern.select(names) == [n for n in names if pattern.matches(n)]
+
+
+def test_the_one_pass_form_is_used_unless_the_regex_anchors_to_the_text():
+    assert compile_regex("orders-.*")._lines is not None
+    for regex in ("\\Aorders", "orders\\z", "(?-m:^)orders", "(?i-m)orders", "a\\C"):
+        assert compile_regex(regex)._lines is None, regex
+        assert compile_regex(regex).select(["orders", "xorders"]) == [
+            n for n in ["orders", "xorders"] if compile_regex(regex).matches(n)]
