@@ -97,9 +97,9 @@ def pending(shard: GroupShard, group_id: str, regex: str | None, topics: TopicsV
 
 def resolve_steps(topics: TopicsView, regexes: Iterable[str], budget: int = topic_regex.SLICE_STEPS
                   ) -> Iterator[None]:
-    """Match each regex against the view's topic names and keep the matches in the view, yielding
-    between slices of about `budget` units of work (`topic_regex.match_in_slices`; never after the
-    last, so a small view is done in one step). A regex RE2 refuses is left for the heartbeat to refuse
+    """Match each regex against the view's topic names and keep the matches in the view, yielding after
+    compiling each and between slices of about `budget` units of work (`topic_regex.match_in_slices`),
+    so a regex of a small view takes two steps. A regex RE2 refuses is left for the heartbeat to refuse
     with INVALID_REGULAR_EXPRESSION."""
     names: list[str] | None = None
     for regex in regexes:
@@ -109,6 +109,7 @@ def resolve_steps(topics: TopicsView, regexes: Iterable[str], budget: int = topi
             pattern = topic_regex.compile_regex(regex)
         except topic_regex.RegexError:
             continue
+        yield                                   # a compile is a step of its own
         if names is None:
             names = topics.matchable()
         found: list[str] = []

@@ -64,14 +64,17 @@ class RegexError(ValueError):
     """A subscription regex refused; `str()` is the error message for the client."""
 
 
-@dataclass(frozen=True)
+_NOT_YET = object()
+
+
+@dataclass
 class TopicRegex:
     """A compiled subscription regex: `matches(name)` is RE2/J's `matcher(name).matches()`; `select`
-    the names of a list that match, in one pass over them where it can (`_lines`, see `_lines_form`)."""
+    the names of a list that match, in one pass over them where it can (`lines_form`)."""
     regex: str
     program_size: int
     _compiled: Any
-    _lines: Any = None
+    _lines: Any = _NOT_YET
 
     def matches(self, name: str) -> bool:
         return self._compiled.fullmatch(name) is not None
@@ -80,14 +83,22 @@ class TopicRegex:
         """The estimated work of matching `name`, in `SLICE_STEPS` units."""
         return CALL_STEPS + len(name) * self.program_size
 
+    def lines_form(self) -> Any:
+        """The one-pass form (`_lines_form`), compiled on first use: a heartbeat that only validates the
+        regex compiles one program, not two."""
+        if self._lines is _NOT_YET:
+            self._lines = _lines_form(self.regex)
+        return self._lines
+
     def select(self, names: list[str]) -> list[str]:
         """The names that `matches` accepts, in order."""
-        if self._lines is None or not names:
+        lines = self.lines_form() if names else None
+        if lines is None:
             return [n for n in names if self.matches(n)]
         text = "\n".join(names).encode("utf-8", "surrogatepass")
         if text.count(b"\n") != len(names) - 1:      # a name with a newline: no topic has one
             return [n for n in names if self.matches(n)]
-        return [m.group().decode("utf-8", "surrogatepass") for m in self._lines.finditer(text)]
+        return [m.group().decode("utf-8", "surrogatepass") for m in lines.finditer(text)]
 
 
 def _options() -> Any:
@@ -168,7 +179,7 @@ def compile_regex(regex: str) -> TopicRegex:
     if compiled.programsize > MAX_PROGRAM_SIZE:
         raise _invalid(regex, f"pattern too large: it compiles to {compiled.programsize} instructions, more than "
                               f"the {MAX_PROGRAM_SIZE} accepted")
-    return TopicRegex(regex, compiled.programsize, compiled, _lines_form(regex))
+    return TopicRegex(regex, compiled.programsize, compiled)
 
 
 def match_in_slices(pattern: TopicRegex, names: Iterable[str], found: list[str],

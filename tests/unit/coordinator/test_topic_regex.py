@@ -13,7 +13,8 @@ from odradek.coordinator import topic_regex
 from odradek.coordinator.consumer_group import TopicsView
 from odradek.coordinator.consumer_records import TopicMeta
 from odradek.coordinator.topic_regex import (
-    MAX_PROGRAM_SIZE, MAX_REGEX_BYTES, MAX_REPEAT_TOTAL, MAX_UNICODE_CLASSES, RegexError, compile_regex, match_in_slices, matching,
+    MAX_PROGRAM_SIZE, MAX_REGEX_BYTES, MAX_REPEAT_TOTAL, MAX_UNICODE_CLASSES, RegexError, compile_regex,
+    match_in_slices, matching,
 )
 from odradek.protocol.error_codes import ErrorCode
 from tests.unit.coordinator.harness import Harness
@@ -175,8 +176,8 @@ def test_matching_a_list_in_one_pass_finds_exactly_the_names_matched_one_by_one(
 
 
 def test_the_one_pass_form_is_used_unless_the_regex_anchors_to_the_text():
-    assert compile_regex("orders-.*")._lines is not None
+    assert compile_regex("orders-.*").lines_form() is not None
     for regex in ("\\Aorders", "orders\\z", "(?-m:^)orders", "(?i-m)orders", "a\\C"):
-        assert compile_regex(regex)._lines is None, regex
+        assert compile_regex(regex).lines_form() is None, regex
         assert compile_regex(regex).select(["orders", "xorders"]) == [
             n for n in ["orders", "xorders"] if compile_regex(regex).matches(n)]
