@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from odradek.coordinator import topic_regex
 from odradek.coordinator.consumer_records import (
     ConsumerRecord, CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription,
     Partitions, RegexRecord, ResolvedRegex, SubscriptionMetadataRecord, TargetEpochRecord, TargetMemberRecord,
@@ -124,27 +124,33 @@ class TopicsView:
         return v
 
     def regex_matches(self, regex: str) -> frozenset[str]:
-        """Topics whose whole name matches `regex` (Java's `Matcher.matches()`); cached, and filled in
-        ahead in bounded steps by `consumer_regex.resolve_in_steps` for a large view."""
+        """Topics whose whole name matches `regex` (RE2/J's `Matcher.matches()`, `topic_regex`); none for
+        a regex RE2 refuses (one stored before it was checked so). Cached; the broker fills the cache
+        ahead, in slices between which the event loop runs (`consumer_regex.resolve_steps`), so this
+        matches only what changed since (a group's regexes, after a new image)."""
         found = self._regex_cache.get(regex)
         if found is None:
-            pattern = compile_regex(regex)
-            found = frozenset(n for n in self.by_name if n not in self.internal and pattern.fullmatch(n))
+            try:
+                pattern = topic_regex.compile_regex(regex)
+            except topic_regex.RegexError:
+                found = frozenset()
+            else:
+                found = frozenset(topic_regex.matching(pattern, self.matchable()))
             self._regex_cache[regex] = found
         return found
+
+    def matchable(self) -> list[str]:
+        """The names a regex may match: every topic but the internal ones (kept; do not change it)."""
+        names = self._regex_cache.get(("matchable",))
+        if names is None:
+            names = self._regex_cache[("matchable",)] = [n for n in self.by_name if n not in self.internal]
+        return names
 
     def resolved(self, regex: str) -> bool:
         return regex in self._regex_cache
 
     def keep_matches(self, regex: str, found: frozenset[str]) -> None:
         self._regex_cache[regex] = found
-
-
-def compile_regex(regex: str) -> re.Pattern:
-    """Kafka compiles subscription regexes with RE2/J; Python's `re` agrees on the common subset
-    (classes, alternation, quantifiers, anchors, groups). It also accepts what RE2 refuses
-    (backreferences, lookaround), and spells a few things differently (RE2's `\\z` is `\\Z` here)."""
-    return re.compile(regex)
 
 
 # ------------------------------------------------------------------------------------------ members

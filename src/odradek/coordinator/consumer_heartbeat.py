@@ -28,16 +28,17 @@ changed. Everything durable is in the records returned; the session timer is res
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from odradek.coordinator import assignors_server, consumer_client_assign, consumer_migration, consumer_regex
+from odradek.coordinator import (
+    assignors_server, consumer_client_assign, consumer_migration, consumer_regex, topic_regex,
+)
 from odradek.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, REVOCATION_TIMER, SESSION_TIMER, ConsumerGroup,
-    ConsumerMember, MemberState, TopicsView, compile_regex, session_timeout_ms, session_timer, subscription_metadata,
+    ConsumerMember, MemberState, TopicsView, session_timeout_ms, session_timer, subscription_metadata,
 )
 from odradek.coordinator.consumer_records import (
     CurrentAssignment, CurrentAssignmentRecord, GroupEpochRecord, MemberRecord, MemberSubscription, Partitions,
@@ -95,10 +96,9 @@ def validate(req: cgh.ConsumerGroupHeartbeatRequest, api_version: int, assignors
         raise invalid("MemberEpoch is invalid.")
     if req.subscribed_topic_regex:
         try:
-            compile_regex(req.subscribed_topic_regex)
-        except re.error as e:
-            raise Refused(ErrorCode.INVALID_REGULAR_EXPRESSION,
-                          f"SubscribedTopicRegex `{req.subscribed_topic_regex}` is not a valid regular expression: {e}.")
+            topic_regex.compile_regex(req.subscribed_topic_regex)
+        except topic_regex.RegexError as e:       # RE2 refuses it, or it is out of odradek's bounds
+            raise Refused(ErrorCode.INVALID_REGULAR_EXPRESSION, str(e))
     if req.server_assignor is not None and req.server_assignor not in assignors:
         raise Refused(ErrorCode.UNSUPPORTED_ASSIGNOR, f"ServerAssignor {req.server_assignor} is not supported. "
                       f"Supported assignors: {', '.join(assignors)}.")

@@ -15,25 +15,26 @@ regexes again (all of them, so they stay aligned, one record each) when:
 A resolution that finds other topics changes the subscription metadata, which bumps the group epoch
 (`consumer_heartbeat.advance`). A regex no member uses any more is tombstoned.
 
-Matching every topic name against a regex is the expensive part on a large cluster. The view caches
-each regex's matches; `resolve_in_steps` fills that cache ahead of the heartbeat, matching at most
-`RESOLVE_STEP_NAMES` names per event-loop step, so the heartbeat itself then only reads the cache.
+Matching every topic name against a regex is the expensive part on a large cluster. Regexes are
+compiled and matched with RE2's semantics, in time linear in the name (`topic_regex`). The view caches
+each regex's matches; `resolve_steps` fills that cache ahead of the heartbeat, in slices of bounded work
+(`topic_regex.match_in_slices`), as a generator: the broker's handler gives the event loop back at each
+step, so this module stays a pure function of its arguments, and the heartbeat then only reads the cache.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
-from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerMember, TopicsView, compile_regex
+from odradek.coordinator import topic_regex
+from odradek.coordinator.consumer_group import ConsumerGroup, ConsumerMember, TopicsView
 from odradek.coordinator.consumer_records import RegexRecord, ResolvedRegex
 from odradek.coordinator.shard import GroupShard
 
 log = logging.getLogger("odradek.coordinator")
 
 REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
-RESOLVE_STEP_NAMES = 2000
 
 
 def used(members: Iterable[ConsumerMember]) -> set[str]:
@@ -82,32 +83,35 @@ def tombstones(group: ConsumerGroup, regexes: set[str]) -> list[RegexRecord]:
 
 def pending(shard: GroupShard, group_id: str, regex: str | None, topics: TopicsView, now_ms: int) -> list[str]:
     """The regexes a heartbeat of the group bringing `regex` would match against `topics` and the view
-    has not matched yet (a read-only look, for `resolve_in_steps` ahead of the heartbeat)."""
+    has not matched yet (a read-only look, for `resolve_steps` ahead of the heartbeat). A group that
+    has resolved no regex costs one look: its members' regexes are resolved by the heartbeats that bring
+    them."""
     group = shard.consumer_groups.get(group_id)
     wanted = {regex} if regex else set()
-    if group is not None:
+    if group is not None and group.regexes:
         regexes = used(group.members.values()) | wanted
         if due(group, regexes, topics, now_ms, shard.config.consumer_regex_refresh_interval_ms):
             wanted = regexes
     return sorted(r for r in wanted if not topics.resolved(r))
 
 
-async def resolve_in_steps(topics: TopicsView, regexes: Iterable[str], step: int = RESOLVE_STEP_NAMES) -> None:
-    """Match each regex against the view's topic names, `step` names per event-loop step, and keep the
-    matches in the view; an invalid regex is left for the heartbeat to refuse."""
+def resolve_steps(topics: TopicsView, regexes: Iterable[str], budget: int = topic_regex.SLICE_STEPS
+                  ) -> Iterator[None]:
+    """Match each regex against the view's topic names and keep the matches in the view, yielding after
+    compiling each and between slices of about `budget` units of work (`topic_regex.match_in_slices`),
+    so a regex of a small view takes two steps. A regex RE2 refuses is left for the heartbeat to refuse
+    with INVALID_REGULAR_EXPRESSION."""
     names: list[str] | None = None
     for regex in regexes:
         if topics.resolved(regex):
             continue
         try:
-            pattern = compile_regex(regex)
-        except Exception:  # noqa: BLE001 - re.error and the like: the heartbeat answers INVALID_REGULAR_EXPRESSION
+            pattern = topic_regex.compile_regex(regex)
+        except topic_regex.RegexError:
             continue
+        yield                                   # a compile is a step of its own
         if names is None:
-            names = list(topics.by_name)
-            await asyncio.sleep(0)
+            names = topics.matchable()
         found: list[str] = []
-        for start in range(0, len(names), step):
-            found += [n for n in names[start:start + step] if n not in topics.internal and pattern.fullmatch(n)]
-            await asyncio.sleep(0)
+        yield from topic_regex.match_in_slices(pattern, names, found, budget)
         topics.keep_matches(regex, frozenset(found))

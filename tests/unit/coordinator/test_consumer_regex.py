@@ -9,7 +9,7 @@ import asyncio
 import struct
 import uuid
 
-from odradek.coordinator import consumer_regex
+from odradek.coordinator import consumer_regex, topic_regex
 from odradek.coordinator.consumer_group import TopicsView
 from odradek.coordinator.consumer_records import RegexRecord, ResolvedRegex, TopicMeta, decode, encode
 from odradek.protocol.error_codes import ErrorCode
@@ -138,22 +138,52 @@ def test_pending_names_what_the_next_heartbeat_would_match():
     assert consumer_regex.pending(h.shard, G, None, view, h.now) == []           # already matched in the view
 
 
-def test_resolve_in_steps_gives_the_loop_back_and_fills_the_view():
+def test_resolve_steps_yields_between_slices_and_fills_the_view():
     names = {f"t{i:05d}": TopicMeta(uuid.UUID(int=i + 1), 1) for i in range(10_000)}
     names["__internal"] = TopicMeta(uuid.UUID(int=99_999), 1)
     view = TopicsView(names, frozenset({"__internal"}))
+    pattern = topic_regex.compile_regex("t0.*7")
+    budget = 1000 * pattern.cost("t00000")          # about a thousand names a slice
+    steps = 0
+    for _ in consumer_regex.resolve_steps(view, ["t0.*7", "__.*", "(bad"], budget=budget):
+        steps += 1
+    assert 2 * 10 <= steps <= 2 * 11                # the compile, then about ten slices per regex
+    assert view.resolved("t0.*7") and view.regex_matches("t0.*7") == {n for n in names if n.startswith("t0")
+                                                                      and n.endswith("7")}
+    assert view.regex_matches("__.*") == frozenset()   # internal topics never match
+    assert not view.resolved("(bad")                    # left for the heartbeat to refuse
+
+
+def test_a_small_view_is_resolved_in_two_steps():
+    view = TopicsView(dict(TWO.by_name))
+    assert len(list(consumer_regex.resolve_steps(view, ["rx-.*"]))) == 1   # compiled; matched
+    assert view.resolved("rx-.*") and view.regex_matches("rx-.*") == {"rx-a", "rx-b"}
+
+
+def test_the_handler_gives_the_loop_back_between_slices():
+    """What the broker's handler does with the steps: one turn of the event loop each."""
+    names = {f"t{i:05d}": TopicMeta(uuid.UUID(int=i + 1), 1) for i in range(5_000)}
+    view = TopicsView(names)
     ticks = 0
+
+    async def resolve():
+        for _ in consumer_regex.resolve_steps(view, ["t.*9"], budget=200 * topic_regex.CALL_STEPS):
+            await asyncio.sleep(0)
 
     async def main():
         nonlocal ticks
-        task = asyncio.create_task(consumer_regex.resolve_in_steps(view, ["t0.*7", "__.*", "(bad"], step=1000))
+        task = asyncio.create_task(resolve())
         while not task.done():
             ticks += 1
             await asyncio.sleep(0)
         await task
     asyncio.run(main())
-    assert ticks >= 2 * 10                          # ten steps per regex, the loop ran between them
-    assert view.resolved("t0.*7") and view.regex_matches("t0.*7") == {n for n in names if n.startswith("t0")
-                                                                      and n.endswith("7")}
-    assert view.regex_matches("__.*") == frozenset()   # internal topics never match
-    assert not view.resolved("(bad")                    # left for the heartbeat to refuse
+    assert ticks >= 5
+    assert view.regex_matches("t.*9") == {n for n in names if n.endswith("9")}
+
+
+def test_a_stored_regex_re2_refuses_matches_nothing():
+    """A member's regex stored before RE2 checked it (Python's `re` accepted lookaround) resolves to no
+    topics instead of failing the group's heartbeats."""
+    view = TopicsView(dict(ONE.by_name))
+    assert view.regex_matches("(?=rx)rx-a") == frozenset() and view.regex_matches("rx-a") == {"rx-a"}

@@ -3,13 +3,15 @@ KIP-848, as released in Kafka 4.0: heartbeat v0-v1, describe v0-v1).
 
 The coordinator works on a `TopicsView` of the metadata image (names, topic ids, partition counts,
 which topics are internal, partition racks): built once per image, and it caches what each regex
-matches. On a cluster with many topics, the regexes the heartbeat will resolve are matched ahead, a
-bounded number of names per event-loop step (`consumer_regex.resolve_in_steps`), so the heartbeat
-only reads the cache. Coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS,
-COORDINATOR_NOT_AVAILABLE) are answered as top-level error codes.
+matches. The regexes the heartbeat will resolve are matched ahead, in slices of bounded work with a
+turn of the event loop between them (`consumer_regex.resolve_steps`), so the heartbeat only reads the
+cache. Coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE)
+are answered as top-level error codes.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from odradek.coordinator import consumer_admin, consumer_heartbeat, consumer_regex
 from odradek.coordinator.consumer_group import TopicsView
@@ -34,13 +36,11 @@ async def handle_consumer_group_heartbeat(ctx: RequestContext, request: cgh.Cons
 
 
 async def _resolve_ahead(ctx: RequestContext, request: cgh.ConsumerGroupHeartbeatRequest, view: TopicsView) -> None:
-    if len(view.by_name) <= consumer_regex.RESOLVE_STEP_NAMES:
-        return   # matching inside the heartbeat costs no more than one step
     coordinator = coordinator_of(ctx)
     regexes = coordinator.query(request.group_id, consumer_regex.pending, request.group_id,
                                 request.subscribed_topic_regex, view, coordinator.clock())
-    if regexes:
-        await consumer_regex.resolve_in_steps(view, regexes)
+    for _ in consumer_regex.resolve_steps(view, regexes):
+        await asyncio.sleep(0)
 
 
 async def handle_consumer_group_describe(ctx: RequestContext, request: cgd.ConsumerGroupDescribeRequest
