@@ -265,3 +265,34 @@ def test_a_legitimate_regex_subscription_consumes_end_to_end(broker, before):
     finally:
         c.close()
     assert sorted(got) == sorted(values)
+
+
+def test_list_transactions_patterns_are_matched_with_re2(broker, before):
+    """ListTransactions v2's TransactionalIdPattern (KIP-1152) goes through the same RE2 matcher: a
+    catastrophic pattern against a transactional id of 60 `a`s is answered at once, a pattern RE2
+    refuses is INVALID_REQUEST, and a plain pattern still lists the transaction."""
+    from odradek.protocol.messages import list_transactions as lt
+    txn_id = "a" * 60
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(60)
+    hb = Heartbeats(broker)
+    try:
+        with pinging(broker) as pinger:
+            def listing(pattern: str) -> lt.ListTransactionsResponse:
+                return hb.send(lt.ListTransactionsRequest(transactional_id_pattern=pattern), lt.API_KEY, 2)
+
+            wait_until(lambda: txn_id in {t.transactional_id for t in listing("a+").transaction_states}, 30,
+                       "the transaction listed by a plain pattern")
+            for regex in CATASTROPHIC:
+                answer = listing(regex)
+                assert answer.error_code == ErrorCode.NONE, (regex, answer)
+                assert txn_id not in {t.transactional_id for t in answer.transaction_states}, regex
+            assert txn_id in {t.transactional_id for t in listing("(a+)+").transaction_states}
+            for regex in ("(a)\\1", "(?=a)a+", "x" * (MAX_REGEX_BYTES + 1)):
+                assert listing(regex).error_code == ErrorCode.INVALID_REQUEST, regex
+            wait_until(lambda: pinger.answered >= 3, 30, "the unrelated client answered")
+        assert_answered_quickly(pinger)
+    finally:
+        hb.close()
+        producer.flush(10)
+    after_abuse(broker, before, "after-list-transactions")

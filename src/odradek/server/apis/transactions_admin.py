@@ -16,8 +16,8 @@ seed 003).
 
 from __future__ import annotations
 
-import re
 
+from odradek.coordinator import topic_regex
 from odradek.coordinator.runtime import CoordinatorError
 from odradek.coordinator.transactions import TxnMetadata, TxnShard, TxnState
 from odradek.protocol.error_codes import ErrorCode, KafkaApiError
@@ -89,9 +89,9 @@ async def handle_list_transactions(ctx: RequestContext, request: lt.ListTransact
     pids = set(request.producer_id_filters)
     duration = request.duration_filter if ctx.api_version >= 1 else -1
     pattern = request.transactional_id_pattern if ctx.api_version >= 2 else None
-    try:
-        regex = re.compile(pattern) if pattern else None
-    except re.error:
+    try:       # RE2, bounded and linear in the id, as the subscription regexes (KIP-1152 uses RE2/J too)
+        regex = topic_regex.compile_regex(pattern) if pattern else None
+    except topic_regex.RegexError:
         return lt.ListTransactionsResponse(throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
                                            unknown_state_filters=unknown, transaction_states=[])
     try:
@@ -107,7 +107,7 @@ async def handle_list_transactions(ctx: RequestContext, request: lt.ListTransact
                 continue
             if duration >= 0 and (m.state != TxnState.ONGOING or now - m.start_ms < duration):
                 continue
-            if regex is not None and not regex.fullmatch(m.transactional_id):
+            if regex is not None and not regex.matches(m.transactional_id):
                 continue
             out.append(lt.TransactionState(transactional_id=m.transactional_id, producer_id=m.producer_id,
                                            transaction_state=m.state.display))
