@@ -221,7 +221,8 @@ class Partition:
                 any(r not in self.followers for r in self.replicas if r != self.broker_id):
             # The same epoch with another replica set (a reassignment): only replicas may fetch as
             # followers (ReplicaManager.read), so the followers follow the set, keeping what is known.
-            self.followers = {r: self.followers.get(r) or FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+            self.followers = {r: self.followers.get(r) or
+                              FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                               for r in self.replicas if r != self.broker_id}
         self.maybe_increment_high_watermark()
         return new_epoch
