@@ -60,16 +60,24 @@ _budget: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("odra
                                                                         default=None)
 
 
-def decode_allowance(frame_bytes: int) -> int:
-    """The estimated object bytes a frame of `frame_bytes` may decode to."""
-    return DECODE_SLACK_BYTES + DECODE_MULTIPLE * frame_bytes
+def decode_allowance(frame_bytes: int, slack: int = DECODE_SLACK_BYTES) -> int:
+    """The estimated object bytes a frame of `frame_bytes` may decode to. A broker shares one
+    DECODE_SLACK_BYTES among the requests in progress (server/dispatch.py), so `slack` is the part
+    this request was granted."""
+    return slack + DECODE_MULTIPLE * frame_bytes
+
+
+def worst_charge(frame_bytes: int) -> int:
+    """The most any frame of `frame_bytes` can be charged: an element per byte (an empty struct of a
+    compact array), each charged an element and a value."""
+    return frame_bytes * (ELEMENT_COST_BYTES + VALUE_COST_BYTES)
 
 
 @contextlib.contextmanager
-def decode_budget(frame_bytes: int) -> Iterator[list[int]]:
+def decode_budget(frame_bytes: int, slack: int = DECODE_SLACK_BYTES) -> Iterator[list[int]]:
     """Bound what decoding a frame of `frame_bytes` may allocate (see `decode_allowance`); yields a
     one-element list holding what is left of the allowance."""
-    left = [decode_allowance(frame_bytes)]
+    left = [decode_allowance(frame_bytes, slack)]
     token = _budget.set(left)
     try:
         yield left
