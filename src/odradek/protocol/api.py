@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from types import ModuleType
 
-from odradek.protocol.codec import Writer, decode_budget
+from odradek.protocol.codec import DECODE_SLACK_BYTES, Writer, decode_allowance, decode_budget
 from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
 from odradek.protocol.headers import (
     API_VERSIONS_KEY, RequestHeader, decode_request_header, decode_response_header,
@@ -25,7 +25,8 @@ from odradek.protocol.headers import (
 from odradek.protocol.messages import APIS, RECORDS
 
 __all__ = [
-    "APIS", "RECORDS", "RequestHeader", "api", "is_flexible", "decode_request", "encode_request",
+    "APIS", "RECORDS", "RequestHeader", "api", "is_flexible", "decode_request", "decode_request_charged",
+    "encode_request",
     "decode_response", "encode_response", "decode_record", "encode_record",
 ]
 
@@ -50,8 +51,15 @@ def _guard(fn, *args):
         raise ProtocolError(f"malformed frame: {e}") from None
 
 
-def decode_request(frame) -> tuple[RequestHeader, object]:
-    """Parse a request frame into its header and body message."""
+def decode_request(frame, slack: int = DECODE_SLACK_BYTES) -> tuple[RequestHeader, object]:
+    """Parse a request frame into its header and body message, within the decode budget (codec.py)
+    with `slack` over the frame's multiple."""
+    header, body, _ = decode_request_charged(frame, slack)
+    return header, body
+
+
+def decode_request_charged(frame, slack: int = DECODE_SLACK_BYTES) -> tuple[RequestHeader, object, int]:
+    """`decode_request`, and what the decoding was charged (estimated object bytes)."""
     data = memoryview(frame)
     api_key, api_version, correlation_id = peek_request(data)
     try:
@@ -68,13 +76,13 @@ def decode_request(frame) -> tuple[RequestHeader, object]:
                 pass
         raise UnsupportedVersionError(api_key, api_version, header)
     flexible = is_flexible(module, api_version)
-    with decode_budget(len(data)):
+    with decode_budget(len(data), slack) as left:
         header, pos = _guard(decode_request_header, data, request_header_version(api_key, api_version, flexible))
         body, end = _guard(module.REQUEST_DECODERS[api_version], data, pos)
     # Bytes after the body are ignored, as Apache Kafka ignores them: librdkafka 2.16's Metadata v13
     # request carries three (docs/compat-notes.md). The count is kept for tests and debugging.
     header.trailing_bytes = len(data) - end
-    return header, body
+    return header, body, decode_allowance(len(data), slack) - left[0]
 
 
 def encode_request(header: RequestHeader, body) -> Writer:

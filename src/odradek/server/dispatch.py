@@ -13,11 +13,15 @@ id, client id, peer, time spent and the top-level error; off unless asked for.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import gc
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
-from odradek.protocol.api import decode_request, encode_response
+from odradek.protocol.api import decode_request, decode_request_charged, encode_response
+from odradek.protocol.codec import DECODE_MULTIPLE, DECODE_SLACK_BYTES, worst_charge
 from odradek.protocol.error_codes import ErrorCode
 from odradek.protocol.exceptions import ProtocolError, UnsupportedVersionError
 from odradek.protocol.headers import API_VERSIONS_KEY, RequestHeader
@@ -41,14 +45,35 @@ class Dispatcher:
         self.new_context = new_context
         self.handlers = handlers
         self.workers = workers
+        self.slack = DecodeSlack(DECODE_SLACK_BYTES)
 
     async def __call__(self, conn: Connection, frame: bytes) -> list | Later | None:
+        if len(frame) > INLINE_DECODE_MAX_BYTES and frame[:2] != PRODUCE_KEY:
+            # The decode budget's slack (codec.py) is one for the broker, not one per request: a
+            # large request takes what it may need before it is decoded, gives back what it did not
+            # use, and the rest once answered, so requests in progress hold at most 6x their bytes
+            # + DECODE_SLACK_BYTES between them.
+            wanted = min(worst_charge(len(frame)), self.slack.size)
+            await self.slack.take(wanted)
+            held = [wanted]
+            try:
+                with full_collections_deferred():
+                    return await self._dispatch(conn, frame, held)
+            finally:
+                self.slack.give(held[0])
+        return await self._dispatch(conn, frame, None)
+
+    async def _dispatch(self, conn: Connection, frame: bytes, slack: list[int] | None) -> list | Later | None:
+        large = slack is not None
         try:
-            if len(frame) > INLINE_DECODE_MAX_BYTES and frame[:2] != PRODUCE_KEY:
+            if slack is not None:
                 # Decoding is Python work that grows with the request (a Metadata request naming a
                 # million topics): off the loop. Produce is exempt: its records are referenced, not
                 # decoded, so even a 1 MiB Produce request decodes in microseconds.
-                header, request = await self.workers.run(decode_request, frame)
+                header, request, charged = await self.workers.run(decode_request_charged, frame, slack[0])
+                used = min(slack[0], max(0, charged - DECODE_MULTIPLE * len(frame)))
+                self.slack.give(slack[0] - used)
+                slack[0] = used
             else:
                 header, request = decode_request(frame)
         except UnsupportedVersionError as e:
@@ -73,12 +98,20 @@ class Dispatcher:
         if isinstance(response, Later):
             # The handler's answer comes later (network.Later): encode it then, and let the
             # connection go on meanwhile.
-            return Later(asyncio.ensure_future(self._finish(conn, header, rlog, logged, started, response.answer)))
+            return Later(asyncio.ensure_future(self._finish(conn, header, rlog, logged, started, response.answer,
+                                                            large)))
+        if large:
+            # The answer to a large request grows with it (a Metadata answer to 400,000 names):
+            # encoded on the worker pool, as the request was decoded.
+            return await self.workers.run(self._encode, conn, header, rlog, logged, started, response)
         return self._encode(conn, header, rlog, logged, started, response)
 
     async def _finish(self, conn: Connection, header: RequestHeader, rlog: logging.Logger, logged: bool,
-                      started: float, answer: Awaitable[Any]) -> list | None:
-        return self._encode(conn, header, rlog, logged, started, await answer)
+                      started: float, answer: Awaitable[Any], large: bool = False) -> list | None:
+        response = await answer
+        if large:
+            return await self.workers.run(self._encode, conn, header, rlog, logged, started, response)
+        return self._encode(conn, header, rlog, logged, started, response)
 
     @staticmethod
     def _encode(conn: Connection, header: RequestHeader, rlog: logging.Logger, logged: bool, started: float,
@@ -100,6 +133,73 @@ class Dispatcher:
                                               max_version=api_versions.MAX_VERSION)],
         )
         return encode_response(API_VERSIONS_KEY, 0, header.correlation_id, body).chunks()
+
+
+class DecodeSlack:
+    """The broker's one decode slack (codec.DECODE_SLACK_BYTES): bytes of estimated objects that
+    large requests in progress may hold past 6x their size. Taken first come, first served; a request
+    waits (its connection reads nothing more meanwhile) until what it asks for is free."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free = size
+        self._waiters: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    async def take(self, n: int) -> None:
+        if not self._waiters and self.free >= n:
+            self.free -= n
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (n, waiter)
+        self._waiters.append(entry)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.give(n)            # granted just as it was cancelled
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
+                self._grant()
+            raise
+
+    def give(self, n: int) -> None:
+        self.free += n
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self._waiters[0][0] <= self.free:
+            n, waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.free -= n
+                waiter.set_result(None)
+
+
+_deferrals = 0
+_thresholds: tuple[int, int, int] = (0, 0, 0)
+NO_FULL_COLLECTION = 1 << 30        # gen-2 threshold while deferred: no full collection is due
+
+
+@contextlib.contextmanager
+def full_collections_deferred() -> Iterator[None]:
+    """Python's full (generation 2) garbage collections deferred while a large request is decoded,
+    handled, encoded and freed. Such a request makes hundreds of thousands of objects (a Metadata
+    request naming 400,000 topics), none in a cycle, that refcounting frees; but while they live every
+    full collection walks them all holding the GIL (0.27 s for 400,000 topics), and the growing heap
+    triggers several: every other client waited that long (0.27-0.77 s measured). The young
+    generations are still collected, so short-lived cycles are freed as ever; the full threshold comes
+    back when the last large request in progress is done."""
+    global _deferrals, _thresholds
+    if _deferrals == 0:
+        _thresholds = gc.get_threshold()
+        gc.set_threshold(_thresholds[0], _thresholds[1], NO_FULL_COLLECTION)
+    _deferrals += 1
+    try:
+        yield
+    finally:
+        _deferrals -= 1
+        if _deferrals == 0:
+            gc.set_threshold(*_thresholds)
 
 
 def _error_summary(response: object) -> str:

@@ -217,6 +217,13 @@ class Partition:
             # Followers start unknown: the high watermark only moves as they fetch.
             self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
                               for r in self.replicas if r != self.broker_id}
+        elif len(self.followers) != len(self.replicas) - (self.broker_id in self.replicas) or \
+                any(r not in self.followers for r in self.replicas if r != self.broker_id):
+            # The same epoch with another replica set (a reassignment): only replicas may fetch as
+            # followers (ReplicaManager.read), so the followers follow the set, keeping what is known.
+            self.followers = {r: self.followers.get(r) or
+                              FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+                              for r in self.replicas if r != self.broker_id}
         self.maybe_increment_high_watermark()
         return new_epoch
 

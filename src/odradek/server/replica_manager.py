@@ -14,7 +14,9 @@ It answers every question a request asks of a partition, with Kafka's errors:
   a long poll woken by appends;
 - reads (`read`): the limit a reader may see (the high watermark for consumers, the last stable offset
   for read_committed, the log end for followers) and the follower's fetch state, which can move the high
-  watermark and grow the ISR;
+  watermark and grow the ISR; a follower fetch (replica id >= 0) is served only to a replica of the
+  partition other than this broker (one membership test of `Partition.followers`), as Kafka's
+  followerReplicaOrThrow;
 - ISR changes: expansions proposed by follower fetches, shrinks by the expiration task every
   replica.lag.time.max.ms / 2; each goes through the `AlterPartition` port (the controller's store) and
   takes effect once recorded, at most one in flight per partition;
@@ -300,6 +302,13 @@ class ReplicaManager:
             if fenced is None or e.code is ErrorCode.NOT_LEADER_OR_FOLLOWER:
                 return LogReadResult(e.code)
             return LogReadResult(e.code, fenced.high_watermark, fenced.last_stable_offset, fenced.log_start_offset)
+        if replica_id >= 0 and replica_id not in part.followers:
+            # A follower fetch from a broker that is no replica of the partition, or that claims to be
+            # this broker: not served, and nothing of the follower state moves (Kafka's
+            # followerReplicaOrThrow: UNKNOWN_LEADER_EPOCH when the request names the current epoch,
+            # so that a replica just added retries, else NOT_LEADER_OR_FOLLOWER).
+            return LogReadResult(ErrorCode.UNKNOWN_LEADER_EPOCH if current_leader_epoch >= 0
+                                 else ErrorCode.NOT_LEADER_OR_FOLLOWER)
         hw = part.high_watermark
         result = LogReadResult(ErrorCode.NONE, hw, part.last_stable_offset, part.log_start_offset)
         leo = part.log_end_offset

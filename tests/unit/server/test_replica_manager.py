@@ -277,3 +277,41 @@ def test_an_append_wakes_followers_fetches_and_the_high_watermark_wakes_consumer
         await rm.aclose()
 
     _run(main())
+
+
+def _read(rm, name, *, replica_id, fetch_offset=0, epoch=-1):
+    return rm.read(name, 0, fetch_offset=fetch_offset, current_leader_epoch=epoch, replica_id=replica_id,
+                   isolation=0, max_bytes=1 << 20, min_one_batch=True, now_ms=0)
+
+
+def test_a_follower_fetch_is_served_only_to_a_replica_other_than_this_broker():
+    """Kafka's followerReplicaOrThrow: a replica id that is not a replica of the partition, or this
+    broker's own, is refused (NOT_LEADER_OR_FOLLOWER; UNKNOWN_LEADER_EPOCH when the request names the
+    current epoch) and moves neither the follower state nor the high watermark, nor reads past it."""
+    alter = FakeAlterPartition()
+    rm = make_services(topic("r", replicas=[0, 1], isr=[0, 1]), brokers=(0, 1, 2),
+                       alter_partition=alter).replica_manager
+    part = rm.leader_partition("r", 0)
+    rm.append_to_leader(part, batch(b"x", b"y"), 0, log_append_time=False, required_acks=1)
+    assert part.high_watermark == 0                      # waits for follower 1
+    for forged in (2, 0, 7):                             # not a replica; this broker; unknown
+        refused = _read(rm, "r", replica_id=forged, fetch_offset=2)
+        assert refused.error == ErrorCode.NOT_LEADER_OR_FOLLOWER and refused.slices == []
+        assert _read(rm, "r", replica_id=forged, fetch_offset=2, epoch=0).error == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert part.high_watermark == 0 and alter.proposals == [] and set(part.followers) == {1}
+    assert _read(rm, "r", replica_id=-1).size == 0       # a consumer still sees only below the watermark
+    assert _read(rm, "r", replica_id=1, fetch_offset=2).error == ErrorCode.NONE
+    assert part.high_watermark == 2                      # the real follower moves it
+
+
+def test_a_replica_added_in_the_same_leader_epoch_may_fetch_and_a_removed_one_may_not():
+    rm = make_services(topic("g", replicas=[0, 1], isr=[0, 1]), brokers=(0, 1, 2)).replica_manager
+    part = rm.leader_partition("g", 0)
+    assert _read(rm, "g", replica_id=2).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    grown = LeaderAndIsrState("g", 0, 0, part.leader_epoch, (0, 1, 2), (0, 1, 2), partition_epoch=1)
+    assert rm.apply_leader_and_isr([grown], 0) == {("g", 0): ErrorCode.NONE}
+    assert _read(rm, "g", replica_id=2).error == ErrorCode.NONE
+    shrunk = LeaderAndIsrState("g", 0, 0, part.leader_epoch, (0, 2), (0, 2), partition_epoch=2)
+    assert rm.apply_leader_and_isr([shrunk], 0) == {("g", 0): ErrorCode.NONE}
+    assert _read(rm, "g", replica_id=1).error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert _read(rm, "g", replica_id=2).error == ErrorCode.NONE

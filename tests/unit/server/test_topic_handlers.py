@@ -100,3 +100,33 @@ def test_producer_ids_come_from_blocks_in_the_store():
     first = _run(ids())
     assert first == sorted(set(first))
     assert services.controller.store.exists("/latest_producer_id_block")
+
+
+def test_metadata_naming_thousands_of_topics_answers_each_as_it_is_encoded():
+    """Past LAZY_ANSWERS_MIN names the answer holds a slot per name (TopicAnswers) and builds each
+    topic's answer when read; every name gets its own answer, in order, as Kafka gives it."""
+    from odradek.protocol.api import decode_response, encode_response
+    from odradek.protocol.codec import ZERO_UUID
+    from odradek.server.apis.metadata import LAZY_ANSWERS_MIN, TopicAnswers
+
+    services = make_services(topic("known", partitions=2))
+    known_id = services.metadata.topic("known").topic_id
+    n = 3 * LAZY_ANSWERS_MIN
+    named = [m.MetadataRequestTopic(name=f"missing-{i}") for i in range(n)]
+    named[7] = m.MetadataRequestTopic(name="known")
+    named[8] = m.MetadataRequestTopic(name="bad name")
+    named[9] = m.MetadataRequestTopic(name=None, topic_id=known_id)
+    unknown_id = m.MetadataRequestTopic(name=None, topic_id=type(known_id)(int=12345))
+    named[10] = unknown_id
+    request = m.MetadataRequest(topics=named, allow_auto_topic_creation=False)
+    r = _run(handle_metadata(context(services, 3, 12), request))
+    assert isinstance(r.topics, TopicAnswers) and len(r.topics) == n
+    _, back = decode_response(3, 12, bytes(encode_response(3, 12, 1, r)))
+    got = [(t.name, t.error_code, len(t.partitions)) for t in back.topics]
+    assert got[7] == ("known", ErrorCode.NONE, 2) and got[9] == ("known", ErrorCode.NONE, 2)
+    assert got[8] == ("bad name", ErrorCode.INVALID_TOPIC_EXCEPTION, 0)
+    assert got[10] == (None, ErrorCode.UNKNOWN_TOPIC_ID, 0) and back.topics[10].topic_id == unknown_id.topic_id
+    rest = [g for i, g in enumerate(got) if i not in (7, 8, 9, 10)]
+    assert rest == [(f"missing-{i}", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0) for i in range(n) if i not in (7, 8, 9, 10)]
+    assert back.topics[0].topic_id == ZERO_UUID
+    assert services.metadata.topic("missing-0") is None      # the request said not to create them

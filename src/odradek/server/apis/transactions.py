@@ -42,6 +42,8 @@ from odradek.protocol.messages import init_producer_id as ip
 from odradek.protocol.messages import txn_offset_commit as toc
 from odradek.protocol.messages import write_txn_markers as wtm
 from odradek.server.context import RequestContext
+from odradek.server.metadata_cache import MetadataImage
+from odradek.server.slices import Slices
 from odradek.server.txn_markers import Marker, append_markers
 from odradek.server.txn_verification import offset_commit_error, txn_offset_commit_operation
 
@@ -91,9 +93,42 @@ async def init_transactional_producer(ctx: RequestContext, request: ip.InitProdu
 
 
 # ------------------------------------------------------------------------------------ AddPartitionsToTxn
-def _unknown_partitions(ctx: RequestContext, partitions: Partitions) -> set[tuple[str, int]]:
-    image = ctx.metadata.image
-    return {tp for tp in partitions if not image.has_partition(tp[0], tp[1])}
+# A request may name a great many partitions (200,000 in one topic is 800 KB on the wire): the named
+# partitions are deduplicated and checked against the metadata image first, on the worker pool when
+# there are more than INLINE_PARTITIONS_MAX of them (the image is immutable, the request the handler's
+# own). If any is unknown, Kafka's answer needs no coordinator: UNKNOWN_TOPIC_OR_PARTITION for those,
+# OPERATION_NOT_ATTEMPTED for the others. Otherwise every partition named exists, so the request names
+# at most as many partitions as the cluster has, and goes to the coordinator.
+INLINE_PARTITIONS_MAX = 4096
+
+
+def _resolve(image: MetadataImage, topics: list[ap.AddPartitionsToTxnTopic]
+             ) -> tuple[Partitions, list[ap.AddPartitionsToTxnTopicResult] | None]:
+    """(the partitions named, deduplicated, in order; None) if they all exist, else ([], the answer)."""
+    named: dict[str, dict[int, None]] = {}
+    for t in topics:
+        ps = named.get(t.name)
+        if ps is None:
+            named[t.name] = dict.fromkeys(t.partitions)
+        else:
+            ps.update(dict.fromkeys(t.partitions))
+    unknown: dict[str, set[int]] = {}
+    for name, ps in named.items():
+        info = image.topic(name)
+        known = info.partitions if info is not None else {}
+        missing = {p for p in ps if p not in known}
+        if missing:
+            unknown[name] = missing
+    if not unknown:
+        return [(name, p) for name, ps in named.items() for p in ps], None
+    Result = ap.AddPartitionsToTxnPartitionResult
+    bad, skipped = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.OPERATION_NOT_ATTEMPTED
+    results = []
+    for name, ps in named.items():
+        missing = unknown.get(name, set())
+        results.append(ap.AddPartitionsToTxnTopicResult(name=name, results_by_partition=[
+            Result(partition_index=p, partition_error_code=bad if p in missing else skipped) for p in ps]))
+    return [], results
 
 
 def _topic_results(partitions: Partitions, errors: dict[tuple[str, int], ErrorCode]
@@ -105,17 +140,20 @@ def _topic_results(partitions: Partitions, errors: dict[tuple[str, int], ErrorCo
     return [ap.AddPartitionsToTxnTopicResult(name=t, results_by_partition=rs) for t, rs in by_topic.items()]
 
 
-async def _add(ctx: RequestContext, txn_id: str, producer_id: int, producer_epoch: int, partitions: Partitions,
-               verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
-    unknown = _unknown_partitions(ctx, partitions)
-    if unknown:
-        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
-                for tp in partitions}
+async def _add(ctx: RequestContext, txn_id: str, producer_id: int, producer_epoch: int,
+               topics: list[ap.AddPartitionsToTxnTopic], verify_only: bool) -> list[ap.AddPartitionsToTxnTopicResult]:
+    image = ctx.metadata.image
+    if sum(len(t.partitions) for t in topics) > INLINE_PARTITIONS_MAX:
+        partitions, answer = await ctx.workers.run(_resolve, image, topics)
+    else:
+        partitions, answer = _resolve(image, topics)
+    if answer is not None:
+        return answer
     try:
         if verify_only:
             verified: dict[tuple[str, int], ErrorCode] = _coordinator(ctx).query(
                 txn_id, verify_partitions, txn_id, producer_id, producer_epoch, partitions)
-            return verified
+            return _topic_results(partitions, verified)
         # v4+ comes from a partition leader adding for a client of the protocol v2 (Kafka's
         # transactionVersionForAddPartitionsToTxn); below, from the client itself.
         version = TV_2 if ctx.api_version >= 4 else TV_0
@@ -123,32 +161,23 @@ async def _add(ctx: RequestContext, txn_id: str, producer_id: int, producer_epoc
                                                txn_id, producer_id, producer_epoch, partitions)
     except CoordinatorError as e:
         code = e.code
-    return {tp: _fenced(code, ctx, 2) for tp in partitions}
-
-
-def _partitions_of(topics: list[ap.AddPartitionsToTxnTopic]) -> Partitions:
-    seen: dict[tuple[str, int], None] = {}
-    for t in topics:
-        for p in t.partitions:
-            seen[(t.name, p)] = None
-    return list(seen)
+    code = _fenced(code, ctx, 2)
+    return _topic_results(partitions, {tp: code for tp in partitions})
 
 
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: ap.AddPartitionsToTxnRequest
                                        ) -> ap.AddPartitionsToTxnResponse:
     if ctx.api_version <= 3:
-        partitions = _partitions_of(request.v3_and_below_topics)
-        errors = await _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-                            request.v3_and_below_producer_epoch, partitions, False)
-        return ap.AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(
-            partitions, errors))
+        answer = await _add(ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                            request.v3_and_below_producer_epoch, request.v3_and_below_topics, False)
+        return ap.AddPartitionsToTxnResponse(throttle_time_ms=0, results_by_topic_v3_and_below=answer)
     results = []
+    slices = Slices()
     for txn in request.transactions:
-        partitions = _partitions_of(txn.topics)
-        errors = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, partitions,
+        await slices.pause()
+        answer = await _add(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
                             txn.verify_only)
-        results.append(ap.AddPartitionsToTxnResult(transactional_id=txn.transactional_id,
-                                                   topic_results=_topic_results(partitions, errors)))
+        results.append(ap.AddPartitionsToTxnResult(transactional_id=txn.transactional_id, topic_results=answer))
     return ap.AddPartitionsToTxnResponse(throttle_time_ms=0, error_code=ErrorCode.NONE,
                                          results_by_transaction=results)
 
