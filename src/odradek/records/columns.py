@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import LOG_APPEND_TIME, MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
-from odradek.records.varint import read_varint, read_varlong
+from odradek.records.varint import read_varbytes, read_varint, read_varlong
 
 _numpy_path: Any = None    # columns_numpy: imported by load_bulk_decoder or the first decode that uses it
 _NUMPY_MISSING = False
@@ -227,22 +227,6 @@ def _have_numpy() -> bool:
 
 
 # ------------------------------------------------------------------------------------------ Python
-def _bytes_field(buf, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
-    b = buf[pos] if pos < end else 0x100
-    if b < 0x80:   # a length below 64 (or -1) in one byte, the common case
-        n = (b >> 1) ^ -(b & 1)
-        pos += 1
-    else:
-        n, pos = read_varint(buf, pos, end)
-    if n < 0:
-        if n != -1:
-            raise ProtocolError(f"record {what} length {n} is negative")
-        return None, pos
-    if n > end - pos:
-        raise ProtocolError(f"record {what} length {n} runs past the end of the record")
-    return buf[pos:pos + n], pos + n
-
-
 def _headers(buf, pos: int, end: int) -> tuple[tuple, int]:
     count, pos = read_varint(buf, pos, end)
     if count == 0:
@@ -251,10 +235,10 @@ def _headers(buf, pos: int, end: int) -> tuple[tuple, int]:
         raise ProtocolError(f"record headers count {count} is invalid for the bytes remaining")
     out = []
     for _ in range(count):
-        key, pos = _bytes_field(buf, pos, end, "header key")
+        key, pos = read_varbytes(buf, pos, end, "header key")
         if key is None:
             raise ProtocolError("record header key is null")
-        value, pos = _bytes_field(buf, pos, end, "header value")
+        value, pos = read_varbytes(buf, pos, end, "header value")
         out.append((key.decode("utf-8", "surrogateescape"), value))
     return tuple(out), pos
 
@@ -282,8 +266,8 @@ def _decode_python(buf: bytes, sections: list[_Section], first_offset: int) -> R
             record_end = pos + length
             ts_delta, p = read_varlong(buf, pos + 1, record_end)
             offset_delta, p = read_varint(buf, p, record_end)
-            key, p = _bytes_field(buf, p, record_end, "key")
-            value, p = _bytes_field(buf, p, record_end, "value")
+            key, p = read_varbytes(buf, p, record_end, "key")
+            value, p = read_varbytes(buf, p, record_end, "value")
             if p < record_end and buf[p] == 0:
                 hdrs: tuple = ()
                 p += 1

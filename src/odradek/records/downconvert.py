@@ -48,7 +48,7 @@ from odradek.protocol.exceptions import ProtocolError
 from odradek.records import codecs
 from odradek.records.batch import MIN_HEADER_SIZE, MIN_RECORD_SIZE, RecordBatch
 from odradek.records.header import COMPRESSION_MASK, HEADER_SIZE, MAGIC_OFFSET, TIMESTAMP_TYPE_MASK
-from odradek.records.varint import INT64_MAX, INT64_MIN, read_varint, read_varlong
+from odradek.records.varint import INT64_MAX, INT64_MIN, read_varbytes, read_varint, read_varlong
 
 DECOMPRESS_PIECE_BYTES = 256 * 1024   # gzip output taken per piece
 STEP_RECORDS = 4096                   # records looked at between two yields
@@ -271,8 +271,8 @@ def _records(chunks, count: int, base_offset: int, base_timestamp: int, skip_bel
             timestamp = base_timestamp + timestamp_delta
             if not INT64_MIN <= timestamp <= INT64_MAX:
                 raise ProtocolError("record timestamp does not fit in 64 bits")
-            key, q = _read_bytes(buf, q, record_end, "key")
-            value, q = _read_bytes(buf, q, record_end, "value")
+            key, q = read_varbytes(buf, q, record_end, "key")
+            value, q = read_varbytes(buf, q, record_end, "value")
             if q >= record_end or buf[q] != 0 or q + 1 != record_end:
                 _skip_headers(buf, q, record_end)
             yield offset, timestamp, key, value
@@ -331,21 +331,6 @@ def _pass_over(buf, pos: int, end: int, n: int) -> tuple[int, int]:
         pos += run * stride
         done += run
     return pos, done
-
-
-def _read_bytes(buf, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
-    n = buf[pos] if pos < end else 0x80
-    if n < 0x80:
-        n, pos = (n >> 1) ^ -(n & 1), pos + 1
-    else:
-        n, pos = read_varint(buf, pos, end)
-    if n < 0:
-        if n != -1:
-            raise ProtocolError(f"record {what} length {n} is negative")
-        return None, pos
-    if n > end - pos:
-        raise ProtocolError(f"record {what} length {n} runs past the end of the record")
-    return bytes(buf[pos:pos + n]), pos + n
 
 
 def _skip_headers(buf, pos: int, end: int) -> None:

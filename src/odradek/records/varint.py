@@ -76,6 +76,25 @@ UVARINTS: tuple[bytes, ...] = tuple(bytes((u,)) if u < 0x80 else bytes((u & 0x7F
                                     for u in range(UVARINT_TABLE_SIZE))
 
 
+def read_varbytes(buf, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
+    """A record field of a varint length and that many bytes (-1: null), as `buf[pos:pos + n]` (a copy
+    of a bytes or bytearray, a view of a memoryview), checked against `end`. Lengths below 64 take one
+    byte, the common case, read without a call."""
+    b = buf[pos] if pos < end else 0x100
+    if b < 0x80:
+        n = (b >> 1) ^ -(b & 1)
+        pos += 1
+    else:
+        n, pos = read_varint(buf, pos, end)
+    if n < 0:
+        if n != -1:
+            raise ProtocolError(f"record {what} length {n} is negative")
+        return None, pos
+    if n > end - pos:
+        raise ProtocolError(f"record {what} length {n} runs past the end of the record")
+    return buf[pos:pos + n], pos + n
+
+
 def encode_uvarint(u: int) -> bytes:
     """An unsigned varint (u >= 0, not zig-zagged)."""
     if 0 <= u < UVARINT_TABLE_SIZE:
