@@ -79,7 +79,11 @@ class TreeBroker:
     def spawn(self) -> float:
         """Start the process; returns the monotonic time of the spawn."""
         self.starts += 1
-        env = {**os.environ, "PYTHONPATH": str(self.tree / "src")}
+        # Compiled modules cached (outside the tree) from the first start on, as an installed broker's
+        # are: with PYTHONDONTWRITEBYTECODE every start would compile all of odradek again (seconds).
+        env = {**os.environ, "PYTHONPATH": str(self.tree / "src"),
+               "PYTHONPYCACHEPREFIX": str(self.workdir / "pycache")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         argv = [sys.executable, "-m", "odradek.cli.main", "serve",
                 "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
                 "--override", f"log.dirs={self.workdir / 'data'}"]
