@@ -304,7 +304,7 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def print_table(summary: dict[str, dict[str, float]], counts: dict[str, int], partitions: int) -> None:
+def print_table(summary: dict[str, dict[str, float]], rounds: int, sustained: int, partitions: int) -> None:
     trees = list(summary)
     rows = []
     for key, label, unit in FIGURES:
@@ -316,7 +316,7 @@ def print_table(summary: dict[str, dict[str, float]], counts: dict[str, int], pa
         if len(trees) == 2 and vals[0] and vals[1] is not None:
             ratio = f"{vals[1] / vals[0]:.2f}"
         rows.append((f"{label} ({unit})", *cells, ratio))
-    title = f"{partitions} partitions, medians of {', '.join(f'{t}: {counts[t]} rounds' for t in trees)}"
+    title = f"{partitions} partitions, medians of {rounds} rounds and {sustained} sustained runs per tree"
     headers = ["figure", *trees] + ([f"{trees[1]}/{trees[0]}"] if len(trees) == 2 else [])
     try:
         from rich.console import Console
@@ -387,7 +387,7 @@ def main() -> int:
                 print(f"  sustained {r + 1} {b.name}: " + ", ".join(f"{k} {v:.3f}" for k, v in fig.items()),
                       flush=True)
     summary = summarize(results)
-    print_table(summary, {n: args.rounds for n in results}, partitions)
+    print_table(summary, args.rounds, args.sustained_rounds if args.duration > 0 else 0, partitions)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "partitions": partitions, "trees": {b.name: str(b.tree) for b in brokers},
