@@ -38,8 +38,8 @@ loop, and an fsync under heavy writes takes hundreds of milliseconds. The checkp
 flush's files are taken by the caller; a flush moves the log's recovery point in a later call, once
 its sync is done (`sync_background` waits for them). `close` waits for the sync thread, then flushes
 and closes the logs of each dir on num.recovery.threads.per.data.dir threads (as Kafka's
-LogManager.shutdown) and writes every checkpoint itself. With `log.drop.behind.bytes` the same thread drops what each log no
-longer needs from the page cache (page_cache.py).
+LogManager.shutdown) and writes every checkpoint itself. With `log.drop.behind.bytes` the same
+thread drops what each log no longer needs from the page cache (page_cache.py).
 Flushing of rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only
 every log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does
 nothing there). Not thread-safe: one caller at a time.
