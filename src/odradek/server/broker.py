@@ -284,7 +284,7 @@ class Broker:
             await self.coordinators.aclose()
         await self.replica_manager.aclose()
         if self.logs is not None:
-            self.logs.close(self.clock())
+            self.logs.close(self.clock(), self.config.get("num.recovery.threads.per.data.dir"))
             self.logs = None
         if self.store is not None:
             self.store.close()

@@ -174,15 +174,16 @@ class Log:
         log = cls(directory, config, segments, decompress)
         log._parent_unsynced = created
         first_recovered = log._load(recovery_point, needs_recovery)
-        log._rebuild_epochs(first_recovered)
-        log._log_end_offset = log.active_segment.next_offset
-        log._log_start_offset = min(max(log_start_offset, segments[0].base_offset),
-                                    log._log_end_offset)
+        with log.leader_epoch_cache.held_writes(force=log._epoch_load_error is not None):
+            log._rebuild_epochs(first_recovered)
+            log._log_end_offset = log.active_segment.next_offset
+            log._log_start_offset = min(max(log_start_offset, segments[0].base_offset),
+                                        log._log_end_offset)
+            log.leader_epoch_cache.truncate_from_end(log._log_end_offset)
+            log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
         log._recovery_point = min(max(recovery_point, 0), log._log_end_offset)
         log._high_watermark = min(max(high_watermark, log._log_start_offset), log._log_end_offset)
         log._last_flush_ms = now_ms
-        log.leader_epoch_cache.truncate_from_end(log._log_end_offset)
-        log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
         load_producer_state(log, now_ms, clean_shutdown=not needs_recovery)
         return log
 
@@ -625,6 +626,11 @@ class Log:
             segment.delete()
         else:
             self._pending_deletes.append((now_ms + self.config.file_delete_delay_ms, segment))
+
+    @property
+    def has_pending_deletes(self) -> bool:
+        """Segments set aside wait for file.delete.delay.ms (`delete_expired_files`)."""
+        return bool(self._pending_deletes)
 
     @property
     def next_file_delete_ms(self) -> int | None:

@@ -37,8 +37,9 @@ the mover's, which appends to future logs only (log_mover.py); and the sync thre
 loop, and an fsync under heavy writes takes hundreds of milliseconds. The checkpoints' entries and a
 flush's files are taken by the caller; a flush moves the log's recovery point in a later call, once
 its sync is done (`sync_background` waits for them). `close` waits for the sync thread, then flushes
-and writes every checkpoint itself. With `log.drop.behind.bytes` the same thread drops what each log no
-longer needs from the page cache (page_cache.py).
+and closes the logs of each dir on num.recovery.threads.per.data.dir threads (as Kafka's
+LogManager.shutdown) and writes every checkpoint itself. With `log.drop.behind.bytes` the same
+thread drops what each log no longer needs from the page cache (page_cache.py).
 Flushing of rolled segments and the `flush.ms` check run on every call (Kafka checks flush.ms only
 every log.flush.scheduler.interval.ms, which defaults to never, so a topic's flush.ms silently does
 nothing there). Not thread-safe: one caller at a time.
@@ -52,6 +53,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +84,11 @@ logger = logging.getLogger("odradek.storage")
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
 FINAL_STEP_BYTES = 256 * 1024    # a move's last bytes, copied on the owner thread right before its swap
+
+
+def _flush_and_close(log: Log, now_ms: int) -> None:
+    log.flush(now_ms)
+    log.close()
 
 
 def delete_dir_name(topic: str, partition: int, kind: str = DELETE_DIR_SUFFIX) -> str:
@@ -554,9 +561,16 @@ class LogManager:
             self._advance_moves(now_ms)
         self._remove_deleted_dirs(now_ms)
         default_keep = self.config.drop_behind_bytes
-        for _, log in self.logs():
-            log.delete_expired_files(now_ms, self._unlink_in_background)
-            self._flush_in_background(log, now_ms)
+        pending = [t for t, _, _ in self._deleting]
+        # Every log is visited on every call (10 a second): a quiet one costs two checks, so 2,000
+        # idle partitions no longer take 8% of a core (a list, three calls and a generator each).
+        for log in list(self._logs.values()):
+            if log.has_pending_deletes:
+                log.delete_expired_files(now_ms, self._unlink_in_background)
+                if (t := log.next_file_delete_ms) is not None:
+                    pending.append(t)
+            if log not in self._flushing and log.flush_due(now_ms) is not None:
+                self._flush_in_background(log, now_ms)
             keep = default_keep if log.cache_keep_bytes is None else log.cache_keep_bytes
             if keep:
                 self._drop_behind(log, keep)
@@ -564,6 +578,8 @@ class LogManager:
         if now_ms >= self._due["retention"]:
             self.run_retention(now_ms)
             self._due["retention"] = now_ms + c.retention_check_interval_ms
+            pending = [t for t, _, _ in self._deleting]       # retention set segments aside: ask again
+            pending += [t for _, log in self.logs() if (t := log.next_file_delete_ms) is not None]
         if now_ms >= self._due["recovery_points"]:
             self.checkpoint_recovery_points(background=True)
             self._due["recovery_points"] = now_ms + c.recovery_point_checkpoint_interval_ms
@@ -573,8 +589,6 @@ class LogManager:
         if now_ms >= self._due["high_watermarks"]:
             self.checkpoint_high_watermarks(background=True)
             self._due["high_watermarks"] = now_ms + c.high_watermark_checkpoint_interval_ms
-        pending = [t for t, _, _ in self._deleting]
-        pending += [t for _, log in self.logs() if (t := log.next_file_delete_ms) is not None]
         return min([*self._due.values(), *pending])
 
     def run_retention(self, now_ms: int) -> int:
@@ -656,12 +670,39 @@ class LogManager:
                                 lambda _result, error, p=path: error and logger.warning(
                                     "cannot drop %s from the page cache: %s", p.name, error))
 
+    def _close_logs(self, now_ms: int, threads_per_dir: int) -> None:
+        """Each log flushed then closed (its fsyncs: segment, indexes, leader epochs, producer snapshot,
+        directory), the logs of a dir on `threads_per_dir` threads, every dir at once; the first error
+        is raised once all are done, so no checkpoint or marker follows it.
+
+        One thread syncing 2,000 logs one after the other waited for a journal commit at almost every
+        fsync (about 16,000 of them, 4-5 ms each on a virtual disk: 6-7 s of SIGTERM); fsyncs release
+        the GIL, and the filesystem commits those of concurrent threads together: with 2 threads the
+        same syncs took a tenth of the time. Each log's own order of writes and syncs is unchanged."""
+        logs = list(self._logs.values())
+        if threads_per_dir <= 1 or len(logs) <= 1:
+            for log in logs:
+                _flush_and_close(log, now_ms)
+            return
+        pools = {d: ThreadPoolExecutor(threads_per_dir, thread_name_prefix=f"log-close-{i}")
+                 for i, d in enumerate(self.log_dirs)}
+        try:
+            futures = [pools[self._dir_of[tp]].submit(_flush_and_close, log, now_ms)
+                       for tp, log in self._logs.items()]
+        finally:
+            for pool in pools.values():
+                pool.shutdown(wait=True)
+        for future in futures:
+            future.result()
+
     def sync_background(self, timeout: float | None = None) -> bool:
         """Wait for the flushes and checkpoint writes on the sync thread, and apply what they did."""
         return self._syncer.drain(timeout)
 
-    def close(self, now_ms: int) -> None:
-        """Clean shutdown: flush and close every log, write every checkpoint, then the markers."""
+    def close(self, now_ms: int, threads_per_dir: int = 1) -> None:
+        """Clean shutdown: flush and close every log, write every checkpoint, then the markers. The
+        logs of each dir are flushed and closed on `threads_per_dir` threads (Kafka's
+        num.recovery.threads.per.data.dir, as its LogManager.shutdown), see `_close_logs`."""
         if self._closed:
             return
         self._closed = True
@@ -676,9 +717,7 @@ class LogManager:
             move.future.flush(now_ms)
             move.recovery_point = move.future.recovery_point
             move.future.close()
-        for _, log in self.logs():
-            log.flush(now_ms)
-            log.close()
+        self._close_logs(now_ms, threads_per_dir)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()

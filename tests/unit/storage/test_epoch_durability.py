@@ -80,6 +80,57 @@ def test_an_unclean_open_assigns_again_the_epochs_the_checkpoint_lost(tmp_path):
     again.close()
 
 
+def count_rewrites(monkeypatch) -> list[str]:
+    """The leader-epoch checkpoint's rewrites, as the text each one wrote."""
+    import odradek.storage.epoch_cache as epoch_cache
+    rewrites: list[str] = []
+    real = epoch_cache.write_checkpoint_lines
+
+    def write(path, entries, **kw):
+        lines = list(entries)
+        rewrites.append(" | ".join(lines))
+        real(path, lines, **kw)
+
+    monkeypatch.setattr(epoch_cache, "write_checkpoint_lines", write)
+    return rewrites
+
+
+def test_an_unclean_open_leaves_a_checkpoint_that_already_holds_the_recovered_epochs_alone(
+        tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    produce(log, 30, leader_epoch=1, size=150)
+    log.flush(now_ms=0)
+    flushed = log.recovery_point
+    produce(log, 10, leader_epoch=4, size=150)
+    for segment in log.segments:
+        segment.flush()
+    before = written_entries(log)
+    assert before == "0\n2\n1 0\n4 30\n"
+    rewrites = count_rewrites(monkeypatch)
+    again = Log.open(log.dir, log.config, now_ms=0, recovery_point=flushed, needs_recovery=True)
+    # The rebuild dropped epoch 4 and assigned it again from the recovered batches: same entries.
+    assert again.leader_epoch_cache.entries() == [(1, 0), (4, 30)]
+    assert rewrites == [] and written_entries(again) == before
+    again.close()
+
+
+def test_an_unclean_open_rewrites_a_checkpoint_that_lost_epochs_once(tmp_path, monkeypatch):
+    log = open_log(tmp_path)
+    produce(log, 30, leader_epoch=1, size=150)
+    log.flush(now_ms=0)
+    flushed = log.recovery_point
+    produce(log, 10, leader_epoch=4, size=150)
+    produce(log, 10, leader_epoch=6, size=150)
+    for segment in log.segments:
+        segment.flush()
+    (log.dir / LEADER_EPOCH_CHECKPOINT).write_text("0\n1\n1 0\n")   # the rewrites since the flush lost
+    rewrites = count_rewrites(monkeypatch)
+    again = Log.open(log.dir, log.config, now_ms=0, recovery_point=flushed, needs_recovery=True)
+    assert rewrites == ["1 0 | 4 30 | 6 40"]        # one rewrite, with every epoch assigned again
+    assert written_entries(again) == "0\n3\n1 0\n4 30\n6 40\n"
+    again.close()
+
+
 def test_a_torn_checkpoint_is_rebuilt_after_an_unclean_shutdown_and_refused_after_a_clean_one(tmp_path):
     log = open_log(tmp_path)
     produce(log, 6, leader_epoch=2)

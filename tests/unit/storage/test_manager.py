@@ -195,3 +195,95 @@ def test_topic_configs_come_from_the_callback(tmp_path):
 
 
 SMALL_CONFIG = LogConfig(**SMALL)
+
+
+def test_close_flushes_and_closes_the_logs_of_each_dir_on_its_threads_at_once(tmp_path, monkeypatch):
+    import threading
+    config = manager_config(tmp_path, dirs=2)
+    manager = LogManager.open(config, now_ms=0)
+    for p in range(8):
+        produce(manager.get_or_create_log("t", p, now_ms=0), 2 + p)
+    threads: dict[str, list[str]] = {}
+    together = threading.Barrier(4, timeout=30)     # 2 dirs x 2 threads: passed only if all run at once
+    lock = threading.Lock()
+    real_flush = log_module.Log.flush
+
+    def flush(log, now_ms, up_to_offset=None):
+        name = threading.current_thread().name
+        with lock:
+            first = name not in threads
+            threads.setdefault(name, []).append(log.dir.parent.name)
+        if first:
+            together.wait()
+        real_flush(log, now_ms, up_to_offset)
+
+    monkeypatch.setattr(log_module.Log, "flush", flush)
+    manager.close(now_ms=0, threads_per_dir=2)
+    assert len(threads) == 4 and sum(len(d) for d in threads.values()) == 8
+    for name, dirs in threads.items():          # a dir's pool closes that dir's logs only
+        assert name.startswith("log-close-") and set(dirs) == {f"d{name.split('-')[2][0]}"}
+    assert all((tmp_path / d / ".kafka_cleanshutdown").exists() for d in ("d0", "d1"))
+    assert checkpoint(tmp_path / "d0" / "recovery-point-offset-checkpoint") == \
+        "0\n4\nt 0 2\nt 2 4\nt 4 6\nt 6 8\n"
+    monkeypatch.setattr(log_module.Log, "flush", real_flush)
+    monkeypatch.setattr(log_module, "recover_segment", lambda s: pytest.fail("a clean start recovered"))
+    again = LogManager.open(config, now_ms=0)
+    assert [again.get_log("t", p).log_end_offset for p in range(8)] == [2 + p for p in range(8)]
+    again.close(now_ms=0)
+
+
+def test_a_log_that_fails_to_flush_at_close_leaves_no_clean_shutdown_marker(tmp_path, monkeypatch):
+    config = manager_config(tmp_path)
+    manager = LogManager.open(config, now_ms=0)
+    for p in range(4):
+        produce(manager.get_or_create_log("t", p, now_ms=0), 3)
+    real_flush = log_module.Log.flush
+    flushed = []
+
+    def flush(log, now_ms, up_to_offset=None):
+        if log.partition == 1:
+            raise OSError(5, "Input/output error")
+        real_flush(log, now_ms, up_to_offset)
+        flushed.append(log.partition)
+
+    monkeypatch.setattr(log_module.Log, "flush", flush)
+    with pytest.raises(OSError, match="Input/output"):
+        manager.close(now_ms=0, threads_per_dir=2)
+    assert sorted(flushed) == [0, 2, 3]             # the others were still flushed
+    assert not (tmp_path / "d0" / ".kafka_cleanshutdown").exists()
+    monkeypatch.setattr(log_module.Log, "flush", real_flush)
+    recovered = []
+    real_recover = log_module.recover_segment
+    monkeypatch.setattr(log_module, "recover_segment", lambda s: recovered.append(s) or real_recover(s))
+    again = LogManager.open(config, now_ms=0)
+    assert recovered                                # no marker: the next start recovers
+    assert [again.get_log("t", p).log_end_offset for p in range(4)] == [3, 3, 3, 3]
+    again.close(now_ms=0)
+
+
+def test_periodic_tasks_pass_over_quiet_logs_and_name_when_set_aside_segments_go(tmp_path, monkeypatch):
+    config = manager_config(tmp_path, retention_ms=HOUR, file_delete_delay_ms=1_000)
+    manager = LogManager.open(config, now_ms=0)
+    old = manager.get_or_create_log("old", 0, now_ms=0)
+    produce(old, 60, size=150, ts0=0, step=1_000)
+    old.update_high_watermark(60)
+    for p in range(3):
+        produce(manager.get_or_create_log("quiet", p, now_ms=0), 2, ts0=2 * HOUR)
+    manager.run_periodic(0)
+    manager.sync_background()
+    visited = []
+    real = log_module.Log.delete_expired_files
+    monkeypatch.setattr(log_module.Log, "delete_expired_files",
+                        lambda log, *a: visited.append(log.topic) or real(log, *a))
+    now = 2 * HOUR
+    # Retention sets the old segments aside in this call: the answer already names their removal.
+    assert manager.run_periodic(now) == now + 1_000
+    assert old.has_pending_deletes and visited == []
+    assert manager.run_periodic(now + 500) == now + 1_000
+    assert visited == ["old"]                       # the quiet logs had nothing set aside: passed over
+    set_aside = [s.log_path for _, s in old._pending_deletes]
+    assert manager.run_periodic(now + 1_000) == now + config.high_watermark_checkpoint_interval_ms
+    assert not old.has_pending_deletes
+    manager.sync_background()                       # the files go on the sync thread
+    assert set_aside and not any(p.exists() for p in set_aside)
+    manager.close(now_ms=now + 1_000)
