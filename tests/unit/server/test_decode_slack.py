@@ -17,6 +17,16 @@ def _run(coro):
     return asyncio.run(asyncio.wait_for(coro, 30))
 
 
+async def _until(predicate, what: str, turns: int = 1000) -> None:
+    """Let the loop run until `predicate()` holds (everything here is on one loop: a bounded number of
+    turns is the deadline)."""
+    for _ in range(turns):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"not reached within {turns} turns of the loop: {what}")
+
+
 def test_the_slack_is_taken_in_order_and_a_cancelled_waiter_takes_nothing():
     async def main():
         slack = DecodeSlack(100)
@@ -30,10 +40,11 @@ def test_the_slack_is_taken_in_order_and_a_cancelled_waiter_takes_nothing():
         big = asyncio.ensure_future(want(50, "big"))
         gone = asyncio.ensure_future(want(10, "gone"))
         small = asyncio.ensure_future(want(10, "small"))
-        await asyncio.sleep(0)
+        await _until(lambda: len(slack._waiters) == 3, "all three waiting")
         assert order == [] and slack.free == 40     # first come first served: small waits behind big
         gone.cancel()
-        await asyncio.sleep(0)
+        await _until(gone.done, "the cancelled waiter gone")
+        assert len(slack._waiters) == 2
         slack.give(60)
         await asyncio.gather(big, small)
         assert order == ["big", "small"] and slack.free == 40
@@ -88,8 +99,8 @@ def test_dense_large_requests_take_turns_for_the_slack():
         dispatcher = Dispatcher(lambda conn, header: None, {3: handler}, inline_pool())
         first = asyncio.ensure_future(dispatcher(_Conn(), frame))
         second = asyncio.ensure_future(dispatcher(_Conn(), frame))
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await _until(lambda: len(holding) == 1 and len(dispatcher.slack._waiters) == 1,
+                     "the first handled while the second waits for the slack")
         assert len(holding) == 1, "the second was decoded while the first held the slack"
         release.set()
         await asyncio.gather(first, second)
